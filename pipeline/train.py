@@ -1,0 +1,420 @@
+"""GRPO + LoRA training entry point (TRL GRPOTrainer + PEFT), run as its own process.
+
+    python -m pipeline.train --run-dir DIR [--steps N] [--resume] [--allow-custom-rewards]
+    torchrun --nproc_per_node 2 -m pipeline.train --run-dir DIR
+
+Reads DIR/config.json (writing the default quick CPU config when it is absent) and writes
+status.json, metrics.jsonl, groups.jsonl, train.log, checkpoints, adapter/ and merged/ into DIR.
+SIGTERM stops after the current step, saves a checkpoint and the adapter, and marks the run stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from pipeline.config import ConfigError, RunConfig
+from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
+from pipeline.rewards import GuardedReward, RewardFunctionError, build_rewards
+from pipeline import runs
+
+log = logging.getLogger("grpo_studio.train")
+
+
+def is_main_rank() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+def setup_logging(run_dir: Path) -> None:
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if is_main_rank():
+        handlers.append(logging.FileHandler(run_dir / "train.log", encoding="utf-8"))
+    for h in handlers:
+        h.setFormatter(fmt)
+    for name in ("grpo_studio", "pipeline", "transformers", "trl", "peft"):
+        lg = logging.getLogger(name)
+        lg.setLevel(logging.INFO if name in ("grpo_studio", "pipeline") else logging.WARNING)
+        lg.handlers = list(handlers)  # a copy: libraries append to their own list
+        lg.propagate = False
+
+
+# ---- the trainer with the studio's hooks ------------------------------------------------------
+
+
+class StepClock:
+    """Timing shared by the trainer subclass and the callback."""
+
+    def __init__(self) -> None:
+        self.train_start = time.time()
+        self.step_start = time.time()
+        self.gen_seconds = 0.0
+        self.generations = 0
+        self.steps_done_this_session = 0
+        self.session_step_seconds = 0.0
+
+
+def make_trainer_class():
+    """GRPOTrainer that times generation and writes each step's groups to groups.jsonl."""
+    from trl import GRPOTrainer
+
+    class StudioGRPOTrainer(GRPOTrainer):
+        studio_clock: StepClock
+        studio_run_dir: Path
+        studio_weights: dict[str, float]
+        _studio_written_generation = 0
+
+        def _generate_and_score_completions(self, inputs):
+            t0 = time.time()
+            try:
+                return super()._generate_and_score_completions(inputs)
+            finally:
+                self.studio_clock.gen_seconds += time.time() - t0
+                self.studio_clock.generations += 1
+
+        def log(self, logs, start_time=None):
+            # Capture the last generation batch before TRL's log() clears its buffers.
+            if (self.model.training and self.accelerator.is_main_process
+                    and self.studio_clock.generations > self._studio_written_generation and self._logs["prompt"]):
+                self._studio_written_generation = self.studio_clock.generations
+                runs.append_jsonl(self.studio_run_dir / "groups.jsonl", self._studio_groups())
+            super().log(logs, start_time)
+
+        def _studio_groups(self) -> dict:
+            prompts = list(self._logs["prompt"])
+            completions = list(self._logs["completion"])
+            advantages = list(self._logs["advantages"])
+            names = list(self._logs["rewards"])
+            per = {n: list(self._logs["rewards"][n]) for n in names}
+            g = self.num_generations
+            groups = []
+            for start in range(0, len(prompts) - g + 1, g):
+                items = []
+                for i in range(start, start + g):
+                    scores = {n: _clean(per[n][i]) for n in names}
+                    present = [scores[n] * self.studio_weights.get(n, 1.0) for n in names if scores[n] is not None]
+                    items.append({
+                        "completion": _text(completions[i]),
+                        "rewards": scores,
+                        "total": sum(present) if present else None,
+                        "advantage": _clean(advantages[i]),
+                    })
+                groups.append({"prompt": _prompt_text(prompts[start]), "completions": items})
+            return {"step": self.state.global_step, "weights": self.studio_weights, "groups": groups}
+
+    return StudioGRPOTrainer
+
+
+def _clean(value):
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _text(completion) -> str:
+    from pipeline.rewards import completion_text
+
+    return completion_text(completion)
+
+
+def _prompt_text(prompt) -> str:
+    if isinstance(prompt, list):
+        return "\n".join(f"[{m.get('role')}] {m.get('content')}" for m in prompt if isinstance(m, dict))
+    return str(prompt)
+
+
+def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, guards: list[GuardedReward]):
+    from transformers import TrainerCallback
+
+    class StudioCallback(TrainerCallback):
+        """Writes metrics.jsonl, marks complete checkpoints, and honours stop requests."""
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            clock.step_start = time.time()
+            clock.gen_seconds = 0.0
+
+        def on_step_end(self, args, state, control, **kwargs):
+            elapsed = time.time() - clock.step_start
+            clock.steps_done_this_session += 1
+            clock.session_step_seconds += elapsed
+            clock.last_step_seconds = elapsed
+            clock.last_gen_seconds = clock.gen_seconds
+            if stop_event.is_set():
+                control.should_training_stop = True
+                control.should_save = True  # leave a resumable checkpoint at the step we stopped on
+            return control
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not state.is_world_process_zero or not logs or "reward" not in logs:
+                return
+            runs.append_jsonl(run_dir / "metrics.jsonl", metrics_row(logs, state, clock, guards))
+            runs.write_status(run_dir, "running", step=state.global_step, max_steps=state.max_steps)
+
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                ckpt = run_dir / f"checkpoint-{state.global_step}"
+                if ckpt.is_dir():
+                    (ckpt / runs.CHECKPOINT_MARKER).write_text(str(time.time()))
+
+    return StudioCallback()
+
+
+def metrics_row(logs: dict, state, clock: StepClock, guards: list[GuardedReward]) -> dict:
+    """One metrics.jsonl line from TRL's log dict."""
+    step = state.global_step
+    per_step = clock.session_step_seconds / max(clock.steps_done_this_session, 1)
+    remaining = max(state.max_steps - step, 0)
+    rewards = {}
+    for key, value in logs.items():
+        if key.startswith("rewards/") and key.count("/") == 2:
+            _, name, stat = key.split("/")
+            rewards.setdefault(name, {})[stat] = _clean(value)
+    warnings = [w for g in guards for w in g.warnings]
+    for g in guards:
+        g.warnings.clear()
+    return {
+        "step": step,
+        "max_steps": state.max_steps,
+        "reward": _clean(logs.get("reward")),
+        "reward_std": _clean(logs.get("reward_std")),
+        "rewards": rewards,
+        "kl": _clean(logs.get("kl")),
+        "loss": _clean(logs.get("loss")),
+        "entropy": _clean(logs.get("entropy")),
+        "completion_length": _clean(logs.get("completions/mean_length")),
+        "clipped_ratio": _clean(logs.get("completions/clipped_ratio")),
+        "clip_ratio": _clean(logs.get("clip_ratio/region_mean")),
+        "frac_reward_zero_std": _clean(logs.get("frac_reward_zero_std")),
+        "grad_norm": _clean(logs.get("grad_norm")),
+        "learning_rate": _clean(logs.get("learning_rate")),
+        "step_seconds": round(getattr(clock, "last_step_seconds", 0.0), 3),
+        "gen_seconds": round(getattr(clock, "last_gen_seconds", 0.0), 3),
+        "elapsed": round(time.time() - clock.train_start, 2),
+        "eta_seconds": round(per_step * remaining, 1),
+        "time": time.time(),
+        "warnings": warnings,
+    }
+
+
+# ---- building the run --------------------------------------------------------------------------
+
+
+def grpo_args(cfg: RunConfig, run_dir: Path, device: str, precision: str):
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(run_dir),
+        use_cpu=device == "cpu",  # GRPOConfig refuses CPU-only machines otherwise
+        bf16=precision == "bf16",
+        fp16=False,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type="constant_with_warmup",  # short runs: a decaying rate hides whether learning works
+        warmup_steps=cfg.warmup_steps,
+        max_grad_norm=cfg.max_grad_norm,
+        per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        num_generations=cfg.num_generations,
+        max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        beta=cfg.beta,
+        epsilon=cfg.epsilon,
+        loss_type=cfg.loss_type,
+        scale_rewards="group" if cfg.scale_rewards else "none",
+        max_steps=cfg.max_steps,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        seed=cfg.seed,
+        report_to="none",
+        log_completions=False,
+        use_vllm=cfg.use_vllm,
+        vllm_mode="colocate",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+def default_config() -> RunConfig:
+    return RunConfig()
+
+
+def load_or_create_config(run_dir: Path, steps: int | None) -> RunConfig:
+    path = run_dir / "config.json"
+    if path.exists():
+        cfg = RunConfig.load(path)
+    else:
+        cfg = default_config()
+        log.info("No config.json in %s: writing the default quick CPU config.", run_dir)
+    if steps:
+        cfg.max_steps = steps
+    if is_main_rank():
+        runs.write_json_atomic(path, cfg.to_dict())
+    return cfg
+
+
+def remove_incomplete_checkpoints(run_dir: Path) -> None:
+    complete = set(runs.checkpoints(run_dir))
+    for ckpt in runs.checkpoints(run_dir, complete_only=False):
+        if ckpt not in complete:
+            log.warning("Removing %s: its save never finished (the trainer was killed while writing it).", ckpt.name)
+            shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def merge_adapter(model, tokenizer, out_dir: Path) -> None:
+    """Fold the LoRA weights into the base model and save a plain transformers folder."""
+    merged = model.merge_and_unload()
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    merged.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.replace(tmp, out_dir)
+
+
+def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
+                 allow_custom_rewards: bool = False, stop_event: threading.Event | None = None) -> str:
+    """Train one run. Returns the final state: finished, stopped or failed."""
+    stop_event = stop_event or threading.Event()
+    main = is_main_rank()
+    cfg = load_or_create_config(run_dir, steps)
+    cfg.validate(allow_custom_rewards=allow_custom_rewards)
+    if main:
+        runs.write_status(run_dir, "running", pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()),
+                          started_at=time.time(), ended_at=None, error=None, step=0, max_steps=cfg.max_steps,
+                          command=sys.argv)
+
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.models import load_tokenizer, pick_device, resolve_model, resolve_precision, torch_dtype
+
+    device = pick_device()
+    precision = resolve_precision(cfg.precision, device)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("WORLD_SIZE", "1"))))
+    log.info("Device %s, precision %s, model %s", device, precision, cfg.model)
+
+    path = resolve_model(cfg.model)
+    tokenizer = load_tokenizer(path)
+    train_rows, eval_rows = load_dataset_split(cfg.dataset, cfg.seed)
+
+    def count_tokens(messages):
+        return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+
+    check_prompt_budget(train_rows, count_tokens, cfg.max_prompt_tokens, cfg.dataset.source)
+    log.info("%d training prompts, %d held out for evaluation", len(train_rows), len(eval_rows))
+    if main:
+        runs.write_json_atomic(run_dir / "eval_prompts.json", eval_rows)
+
+    guards, weights = build_rewards(cfg.rewards, policy=cfg.reward_errors, allow_custom=allow_custom_rewards,
+                                    on_warning=lambda msg: log.warning(msg))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(precision))
+    targets = cfg.lora_target_modules.strip()
+    lora = LoraConfig(
+        task_type="CAUSAL_LM", r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+        target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
+    )
+    args = grpo_args(cfg, run_dir, device, precision)
+    args.reward_weights = weights
+    clock = StepClock()
+    trainer_cls = make_trainer_class()
+    trainer = trainer_cls(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=guards,
+        args=args,
+        train_dataset=Dataset.from_list(train_rows),
+        peft_config=lora,
+        callbacks=[make_callback(run_dir, clock, stop_event, guards)],
+    )
+    trainer.studio_clock = clock
+    trainer.studio_run_dir = run_dir
+    trainer.studio_weights = {g.__name__: w for g, w in zip(guards, weights)}
+
+    checkpoint = None
+    if resume:
+        remove_incomplete_checkpoints(run_dir)
+        checkpoint = runs.last_complete_checkpoint(run_dir)
+        if checkpoint is None:
+            log.info("No complete checkpoint to resume from: starting from step 0.")
+        else:
+            log.info("Resuming from %s", checkpoint.name)
+    if stop_event.is_set():
+        log.info("Stop requested before training began.")
+    else:
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+
+    state = "stopped" if stop_event.is_set() else "finished"
+    if trainer.accelerator.is_main_process:
+        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+        unwrapped.save_pretrained(run_dir / "adapter")
+        tokenizer.save_pretrained(run_dir / "adapter")
+        if cfg.merge_at_end:
+            log.info("Merging the adapter into the base model...")
+            merge_adapter(unwrapped, tokenizer, run_dir / "merged")
+        metrics = runs.read_metrics(run_dir)
+        runs.write_status(run_dir, state, step=trainer.state.global_step, ended_at=time.time(),
+                          final_reward=metrics[-1].get("reward") if metrics else None)
+        log.info("Run %s: %s at step %d", run_dir.name, state, trainer.state.global_step)
+    return state
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run-dir", required=True, help="Run directory (config.json is read from here).")
+    parser.add_argument("--steps", type=int, default=None, help="Override max_steps.")
+    parser.add_argument("--resume", action="store_true", help="Continue from the last complete checkpoint.")
+    parser.add_argument("--allow-custom-rewards", action="store_true",
+                        help="Allow the custom_python reward (runs arbitrary code).")
+    args = parser.parse_args(argv)
+
+    run_dir = Path(args.run_dir).expanduser().resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    setup_logging(run_dir)
+    stop_event = threading.Event()
+
+    def request_stop(signum, frame):
+        if stop_event.is_set():  # a second signal means "now"
+            raise KeyboardInterrupt
+        log.info("Stop requested (signal %d): finishing the current step, then saving.", signum)
+        stop_event.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        run_training(run_dir, args.steps, args.resume, args.allow_custom_rewards, stop_event)
+        return 0
+    except (ConfigError, DatasetError, RewardFunctionError) as exc:
+        message = str(exc)
+    except KeyboardInterrupt:
+        if is_main_rank():
+            runs.write_status(run_dir, "stopped", ended_at=time.time(), error="Interrupted before a clean save.")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - every failure ends in status.json, with the traceback in the log
+        from pipeline.models import ModelError
+
+        message = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
+        log.error("Training failed:\n%s", traceback.format_exc())
+    log.error("Run failed: %s", message)
+    if is_main_rank():
+        runs.write_status(run_dir, "failed", error=message, ended_at=time.time())
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

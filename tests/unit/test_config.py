@@ -1,0 +1,74 @@
+import json
+
+import pytest
+
+from pipeline.config import (
+    PRESETS, ConfigError, DatasetSpec, RewardSpec, RunConfig, apply_preset, field_help,
+)
+
+
+def test_defaults_are_valid_and_keep_kl_on():
+    cfg = RunConfig().validate()
+    assert cfg.beta == 0.04 and cfg.num_generations == 4 and cfg.batch_size % cfg.num_generations == 0
+    assert [r.name for r in cfg.rewards] == ["length_target", "token_diversity"]
+
+
+def test_json_round_trip():
+    cfg = RunConfig(max_steps=7, rewards=[RewardSpec("length_target", 2.0, {"target": 30})],
+                    dataset=DatasetSpec(source="arithmetic"))
+    again = RunConfig.from_json(cfg.to_json())
+    assert again == cfg
+
+
+def test_batch_must_be_multiple_of_group():
+    problems = RunConfig(num_generations=4, batch_size=6).problems()
+    assert any("multiple of the group size" in p for p in problems)
+
+
+def test_unknown_fields_are_named():
+    with pytest.raises(ConfigError, match="lerning_rate"):
+        RunConfig.from_dict({"lerning_rate": 1e-5})
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        RunConfig.from_json("{nope")
+
+
+def test_validate_collects_every_problem():
+    cfg = RunConfig(num_generations=1, temperature=0, loss_type="ppo", rewards=[])
+    with pytest.raises(ConfigError) as err:
+        cfg.validate()
+    text = str(err.value)
+    for fragment in ("at least 2", "Temperature", "loss_type", "at least one reward"):
+        assert fragment in text
+
+
+def test_answer_rewards_need_answers():
+    cfg = RunConfig(rewards=[RewardSpec("numeric_tolerance")])
+    assert any("TL;DR has none" in p for p in cfg.problems())
+    cfg = RunConfig(rewards=[RewardSpec("numeric_tolerance")], dataset=DatasetSpec(source="file", path="x.csv"))
+    assert any("answer column" in p for p in cfg.problems())
+    cfg = RunConfig(rewards=[RewardSpec("numeric_tolerance")], dataset=DatasetSpec(source="arithmetic"))
+    assert cfg.problems() == []
+
+
+def test_custom_reward_refused_without_flag():
+    cfg = RunConfig(rewards=[RewardSpec("custom_python")])
+    assert any("--allow-custom-rewards" in p for p in cfg.problems())
+    assert cfg.problems(allow_custom_rewards=True) == []
+
+
+def test_rewards_may_be_given_by_name():
+    cfg = RunConfig.from_dict({"rewards": ["token_diversity", {"name": "length_target", "weight": 0.5}]})
+    assert cfg.rewards[1].weight == 0.5
+
+
+def test_presets_apply_and_stay_valid():
+    for name in PRESETS:
+        apply_preset(RunConfig(), name).validate()
+    assert apply_preset(RunConfig(), "GPU standard").num_generations == 8
+    with pytest.raises(ConfigError):
+        apply_preset(RunConfig(), "nope")
+
+
+def test_fields_carry_help_text():
+    assert "KL" in field_help(RunConfig, "beta")
+    assert json.loads(RunConfig().to_json())["dataset"]["source"] == "tldr"

@@ -1,0 +1,90 @@
+import json
+
+import pytest
+
+from pipeline.config import DatasetSpec
+from pipeline.data import (
+    DatasetError, arithmetic_problems, arithmetic_rows, check_prompt_budget, load_dataset_split, load_rows,
+    split_rows, tldr_rows,
+)
+
+
+def test_tldr_is_bundled_and_chat_formatted():
+    rows = tldr_rows()
+    assert len(rows) >= 120
+    assert len({r["prompt"][-1]["content"] for r in rows}) == len(rows)
+    assert rows[0]["prompt"][0]["role"] == "system" and rows[0]["prompt"][-1]["role"] == "user"
+
+
+def test_arithmetic_is_seeded_and_exact():
+    problems = arithmetic_problems()
+    assert problems == arithmetic_problems()
+    assert problems[1][0].startswith("Calculate") and "×" in problems[1][0]
+    for question, answer in problems[:3]:  # single op, precedence, parentheses
+        expr = question.removeprefix("Calculate ").replace("×", "*")
+        assert eval(expr) == answer  # noqa: S307 - our own generated arithmetic
+    assert any("How many" in q or "change" in q for q, _ in problems)
+    assert all(r["answer"].lstrip("-").isdigit() for r in arithmetic_rows())
+
+
+def test_split_is_disjoint_and_seeded():
+    rows = [{"id": i} for i in range(50)]
+    a1, b1 = split_rows(rows, 0.2, seed=3)
+    a2, b2 = split_rows(rows, 0.2, seed=3)
+    assert (a1, b1) == (a2, b2) and len(b1) == 10
+    assert not {r["id"] for r in a1} & {r["id"] for r in b1}
+
+
+def _spec(path, **kw):
+    return DatasetSpec(source="file", path=str(path), **kw)
+
+
+def test_csv_with_prompt_and_answer(tmp_path):
+    f = tmp_path / "q.csv"
+    f.write_text("question,gold\nWhat is 2+2?,4\nCapital of France?,Paris\n", encoding="utf-8")
+    rows = load_rows(_spec(f, prompt_column="question", answer_column="gold", system_prompt="Be brief."))
+    assert rows[0] == {"prompt": [{"role": "system", "content": "Be brief."},
+                                  {"role": "user", "content": "What is 2+2?"}], "answer": "4"}
+
+
+def test_jsonl_with_chat_messages(tmp_path):
+    f = tmp_path / "c.jsonl"
+    f.write_text(json.dumps({"prompt": [{"role": "user", "content": "hi"}]}) + "\n")
+    assert load_rows(_spec(f))[0]["prompt"] == [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize("content,name,message", [
+    (b"", "empty.csv", "empty"),
+    (b"text\n", "header_only.csv", "no data rows"),
+    (b"other\nx\n", "wrong.csv", "no column 'prompt'. Columns found: other"),
+    (b"prompt\n\xff\xfe\xfa\n", "latin.csv", "UTF-8"),
+    (b'{"prompt": "a"}\n{"prompt": \n', "torn.jsonl", "line 2 is not valid JSON"),
+    (b'["a"]\n', "list.jsonl", "line 1 is not a JSON object"),
+    (b"prompt\nfine\n\n\"\"\n", "blank.csv", "empty prompt"),
+    (b"a,b", "data.xlsx", "unsupported file type"),
+])
+def test_bad_files_name_file_and_problem(tmp_path, content, name, message):
+    f = tmp_path / name
+    f.write_bytes(content)
+    with pytest.raises(DatasetError) as err:
+        load_rows(_spec(f))
+    assert name in str(err.value) and message in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(DatasetError, match="nothere.csv: file not found"):
+        load_rows(_spec(tmp_path / "nothere.csv"))
+
+
+def test_prompt_budget(tmp_path):
+    rows = [{"prompt": [{"role": "user", "content": "x" * n}]} for n in (10, 500)]
+    count = lambda msgs: len(msgs[-1]["content"])  # noqa: E731 - stands in for a tokenizer
+    check_prompt_budget(rows[:1], count, 100, "mine.csv")
+    with pytest.raises(DatasetError, match="mine.csv: 1 prompt.*100-token budget.*500 tokens"):
+        check_prompt_budget(rows, count, 100, "mine.csv")
+
+
+def test_hub_dataset_offline_fails_fast(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(Exception, match="Can't reach the Hugging Face Hub.*bundled"):
+        load_dataset_split(DatasetSpec(source="hub", hub_id="mlabonne/smoltldr"), seed=0)
