@@ -188,10 +188,9 @@ def read_status(run_dir: str | Path) -> dict:
     if status.get("state") == "running" and not _process_alive(status.get("pid"), status.get("pid_create_time")):
         status = dict(status)
         status["state"] = "failed"
-        status.setdefault(
-            "error",
+        status["error"] = status.get("error") or (
             "The trainer process exited without reporting (killed, or out of memory). "
-            "See the log tail; resume continues from the last complete checkpoint.",
+            "See the log tail; resume continues from the last complete checkpoint."
         )
         status["crashed"] = True
     return status

@@ -306,7 +306,8 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
     device = pick_device()
     precision = resolve_precision(cfg.precision, device)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("WORLD_SIZE", "1"))))
-    log.info("Device %s, precision %s, model %s", device, precision, cfg.model)
+    log.info("Device %s, precision %s, model %s, world size %s", device, precision, cfg.model,
+             os.environ.get("WORLD_SIZE", "1"))
 
     path = resolve_model(cfg.model)
     tokenizer = load_tokenizer(path)

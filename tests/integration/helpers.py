@@ -1,0 +1,58 @@
+"""Start the real trainer as a subprocess on the bundled model, the way the app and users do."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pipeline import runs
+from pipeline.config import RunConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Small but real: G=4, one prompt per step, short completions so CPU steps take seconds.
+QUICK = dict(num_generations=4, batch_size=4, max_completion_length=24, max_steps=2, save_steps=100)
+
+
+def make_run(label: str, **overrides) -> Path:
+    run_dir = runs.new_run_dir(label)
+    cfg = RunConfig(**{**QUICK, **overrides})
+    runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    return run_dir
+
+
+def train_cmd(run_dir: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pipeline.train", "--run-dir", str(run_dir), *extra]
+
+
+def start(run_dir: Path, *extra: str) -> subprocess.Popen:
+    log = open(run_dir / "stdout.log", "ab")
+    return subprocess.Popen(train_cmd(run_dir, *extra), cwd=ROOT, env=os.environ.copy(), stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def run(run_dir: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(train_cmd(run_dir, *extra), cwd=ROOT, env=os.environ.copy(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"trainer exited ({proc.returncode}) while waiting for {what}")
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def status(run_dir: Path) -> dict:
+    return runs.read_status(run_dir)
+
+
+def config(run_dir: Path) -> dict:
+    return json.loads((run_dir / "config.json").read_text())

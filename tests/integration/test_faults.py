@@ -1,0 +1,91 @@
+"""Stopping, killing, resuming and a broken reward, on real trainer processes."""
+
+import os
+import signal
+
+import pytest
+
+from pipeline import runs
+from pipeline.config import RewardSpec
+
+from .helpers import make_run, run, start, status, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def _metric_step(run_dir):
+    rows = runs.read_metrics(run_dir)
+    return rows[-1]["step"] if rows else 0
+
+
+def test_sigterm_stops_cleanly_then_resume_continues(bundled_model_dir):
+    run_dir = make_run("stop", max_steps=50)
+    proc = start(run_dir)
+    wait_for(lambda: _metric_step(run_dir) >= 1, 300, "the first step", proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=180) == 0
+    st = status(run_dir)
+    assert st["state"] == "stopped", st
+    assert (run_dir / "adapter" / "adapter_model.safetensors").exists()
+    ckpt = runs.last_complete_checkpoint(run_dir)
+    stopped_at = runs.checkpoint_step(ckpt)
+    assert stopped_at == st["step"] >= 1
+
+    proc = run(run_dir, "--resume", "--steps", str(stopped_at + 1))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert status(run_dir)["state"] == "finished"
+    assert [r["step"] for r in runs.read_metrics(run_dir)][-1] == stopped_at + 1
+    assert f"Resuming from checkpoint-{stopped_at}" in (run_dir / "train.log").read_text()
+
+
+def test_sigkill_reads_as_failed_and_resume_skips_partial_checkpoint(bundled_model_dir):
+    run_dir = make_run("kill", max_steps=50, save_steps=1)
+    proc = start(run_dir)
+    wait_for(lambda: runs.last_complete_checkpoint(run_dir), 300, "a complete checkpoint", proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    st = status(run_dir)
+    assert st["state"] == "failed" and st.get("crashed") and "exited without reporting" in st["error"]
+
+    last = runs.last_complete_checkpoint(run_dir)
+    resume_step = runs.checkpoint_step(last)
+    # A save the kill interrupted: a folder with weights but no completion marker, and a torn metrics line.
+    partial = run_dir / f"checkpoint-{resume_step + 7}"
+    partial.mkdir()
+    (partial / "adapter_model.safetensors").write_bytes(b"half a file")
+    with open(run_dir / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 99, "reward": ')
+    proc = run(run_dir, "--resume", "--steps", str(resume_step + 1))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not partial.exists()
+    assert status(run_dir)["state"] == "finished"
+    steps = [r["step"] for r in runs.read_metrics(run_dir)]
+    assert steps[-1] == resume_step + 1 and 99 not in steps
+    assert f"Resuming from checkpoint-{resume_step}" in (run_dir / "train.log").read_text()
+
+
+def test_raising_reward_fails_the_run_with_its_name_and_sample(bundled_model_dir):
+    code = "def reward(completions, **kwargs):\n    raise ValueError('cannot score this')\n"
+    run_dir = make_run("badreward", rewards=[RewardSpec("custom_python", 1.0, {"code": code})])
+    refused = run(run_dir)
+    assert refused.returncode == 1
+    assert "--allow-custom-rewards" in status(run_dir)["error"]
+
+    proc = run(run_dir, "--allow-custom-rewards")
+    assert proc.returncode == 1
+    st = status(run_dir)
+    assert st["state"] == "failed"
+    assert "Reward 'custom_python' raised ValueError: cannot score this on completion #0" in st["error"]
+
+
+def test_skip_policy_keeps_training_and_records_warnings(bundled_model_dir):
+    code = ("def reward(completions, **kwargs):\n"
+            "    return [float('nan') if i == 0 else 1.0 for i, _ in enumerate(completions)]\n")
+    run_dir = make_run("skipreward", max_steps=1, reward_errors="skip",
+                       rewards=[RewardSpec("length_target"), RewardSpec("custom_python", 1.0, {"code": code})])
+    proc = run(run_dir, "--allow-custom-rewards")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = runs.read_metrics(run_dir)[0]
+    assert row["warnings"] and "custom_python" in row["warnings"][0]
+    first = runs.read_groups(run_dir)[0]["groups"][0]["completions"][0]
+    assert first["rewards"]["custom_python"] is None and first["total"] is not None

@@ -1,0 +1,90 @@
+"""Real GRPO steps on the bundled model on CPU, through the CLI entry point."""
+
+import json
+
+import pytest
+
+from pipeline import runs
+from pipeline.advantages import group_advantages
+
+from .helpers import make_run, run, status
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def finished_run(bundled_model_dir):
+    run_dir = make_run("e2e")
+    proc = run(run_dir, "--steps", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+def test_run_directory_layout(finished_run):
+    for name in ("config.json", "status.json", "metrics.jsonl", "groups.jsonl", "train.log", "eval_prompts.json"):
+        assert (finished_run / name).exists(), name
+    assert (finished_run / "adapter" / "adapter_config.json").exists()
+    assert (finished_run / "merged" / "config.json").exists()
+    st = status(finished_run)
+    assert st["state"] == "finished" and st["step"] == 2 and st["error"] is None
+
+
+def test_metrics_lines_have_every_chart_series(finished_run):
+    rows = runs.read_metrics(finished_run)
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        for key in ("reward", "reward_std", "kl", "loss", "entropy", "completion_length", "clipped_ratio",
+                    "step_seconds", "elapsed", "eta_seconds"):
+            assert row[key] is not None, key
+        assert set(row["rewards"]) == {"length_target", "token_diversity"}
+        assert row["step_seconds"] > row["gen_seconds"] > 0
+    assert rows[-1]["eta_seconds"] == 0
+
+
+def test_group_advantages_are_z_scores_of_weighted_totals(finished_run):
+    steps = runs.read_groups(finished_run)
+    assert [s["step"] for s in steps] == [1, 2]
+    for step in steps:
+        weights = step["weights"]
+        for group in step["groups"]:
+            items = group["completions"]
+            assert len(items) == 4 and group["prompt"]
+            for item in items:
+                expected = sum(v * weights[k] for k, v in item["rewards"].items())
+                assert item["total"] == pytest.approx(expected, rel=1e-5)
+            want = group_advantages([i["total"] for i in items])
+            assert [i["advantage"] for i in items] == pytest.approx(want, rel=1e-3, abs=1e-3)
+
+
+def test_merged_model_loads_generates_and_matches_base_plus_adapter(finished_run, bundled_model_dir):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.generate import generate_batch
+    from pipeline.models import load_model
+
+    merged, tok = load_model(str(finished_run / "merged"))
+    prompt = [[{"role": "user", "content": "Summarize: the library reopens on Monday after a new roof."}]]
+    merged_text = generate_batch(merged, tok, prompt, max_new_tokens=20)[0]
+    assert merged_text.strip()
+    base = AutoModelForCausalLM.from_pretrained(bundled_model_dir, dtype=torch.float32)
+    with_adapter = PeftModel.from_pretrained(base, finished_run / "adapter").eval()
+    assert generate_batch(with_adapter, tok, prompt, max_new_tokens=20)[0] == merged_text
+    # Tied embeddings stay tied: the merged head is the merged embedding matrix.
+    assert torch.equal(merged.get_input_embeddings().weight, merged.get_output_embeddings().weight)
+
+
+def test_evaluate_scores_base_and_tuned(finished_run):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "pipeline.evaluate", "--run-dir", str(finished_run), "--limit", "3"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((finished_run / "eval.json").read_text())
+    assert result["n"] == 3 and len(result["samples"]) == 3
+    for side in ("base", "tuned"):
+        assert result[side]["reward_mean"] is not None
+        assert set(result[side]["rewards"]) == {"length_target", "token_diversity"}
+    assert result["delta"] == pytest.approx(result["tuned"]["reward_mean"] - result["base"]["reward_mean"])
