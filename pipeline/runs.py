@@ -25,6 +25,7 @@ from typing import Any, Iterator
 STATES = ("queued", "running", "finished", "failed", "stopped")
 ACTIVE_STATES = ("queued", "running")
 CHECKPOINT_MARKER = ".complete"
+LAUNCHER_FILE = "launcher.json"  # pid of the process the app started (torchrun or the trainer itself)
 
 
 # ---- locations ---------------------------------------------------------------------------------
@@ -181,11 +182,23 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
+def launcher(run_dir: str | Path) -> dict | None:
+    return _read_json(Path(run_dir) / LAUNCHER_FILE)
+
+
 def read_status(run_dir: str | Path) -> dict:
     """status.json, corrected for a trainer that died without saying so (SIGKILL, OOM killer)."""
     run_dir = Path(run_dir)
     status = _read_json(run_dir / "status.json") or {"state": "queued" if (run_dir / "config.json").exists() else "failed"}
-    if status.get("state") == "running" and not _process_alive(status.get("pid"), status.get("pid_create_time")):
+    state = status.get("state")
+    if state == "running":
+        alive = _process_alive(status.get("pid"), status.get("pid_create_time"))
+    elif state == "queued" and launcher(run_dir):
+        info = launcher(run_dir) or {}
+        alive = _process_alive(info.get("pid"), info.get("create_time"))
+    else:
+        alive = True
+    if not alive:
         status = dict(status)
         status["state"] = "failed"
         status["error"] = status.get("error") or (
