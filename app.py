@@ -1,46 +1,58 @@
-"""GRPO Studio entry point.
-
-The browser UI (Train, Chat and RAG tabs) is being built; until it lands this prints how to drive
-the same pipeline from the command line, and the runs already on disk.
-"""
+"""GRPO Studio: parse flags, build the Blocks from ui/, launch (127.0.0.1 by default)."""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import sys
+from pathlib import Path
 
-USAGE = """\
-GRPO Studio - the web UI is not built yet. Train from the command line:
+ROOT = Path(__file__).resolve().parent
 
-  # quick CPU demo: bundled SmolLM2-135M, TL;DR prompts, length + diversity rewards
-  .venv/bin/python -m pipeline.train --run-dir data/runs/demo --steps 20
 
-  # two CPU ranks (or N GPUs) with the same entry point
-  .venv/bin/torchrun --nproc_per_node 2 -m pipeline.train --run-dir data/runs/demo2 --steps 4
+def build_app(allow_custom_rewards: bool = False):
+    import gradio as gr
 
-  # stop with Ctrl-C / SIGTERM (adapter + checkpoint saved), then continue
-  .venv/bin/python -m pipeline.train --run-dir data/runs/demo --resume
+    from ui import reward_bench, train
 
-  # base vs tuned mean reward on held-out prompts
-  .venv/bin/python -m pipeline.evaluate --run-dir data/runs/demo
+    with gr.Blocks(title="GRPO Studio") as demo:
+        gr.Markdown("# GRPO Studio\nFine-tune a small model with GRPO and watch why it moves: every group, "
+                    "every reward, every advantage.")
+        with gr.Tabs():
+            refresh_runs, run_select, outputs = train.build(allow_custom_rewards)
+            reward_bench.build(allow_custom_rewards)
+        # A reload (or a restarted app) finds the active or latest run again, read from disk.
+        demo.load(refresh_runs, run_select, outputs)
+    return demo
 
-Edit data/runs/<name>/config.json (written on the first run) to change model, data or rewards.
-"""
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="GRPO Studio")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser = argparse.ArgumentParser(description="GRPO Studio web app")
+    parser.add_argument("--host", default="127.0.0.1", help="Interface to listen on (default: loopback only).")
     parser.add_argument("--port", type=int, default=7860)
-    parser.parse_args(argv)
-    print(USAGE)
-    from pipeline.runs import list_runs
+    parser.add_argument("--share", action="store_true", help="Open a public Gradio share link (off by default).")
+    parser.add_argument("--allow-custom-rewards", action="store_true",
+                        help="Allow rewards written as Python in the UI (arbitrary code; runs in the trainer).")
+    parser.add_argument("--max-upload-mb", type=int, default=50)
+    args = parser.parse_args(argv)
 
-    rows = list_runs()
-    if rows:
-        print("Runs on disk:")
-        for r in rows:
-            print(f"  {r['run']:<40} {r['state']:<9} step {r['step']}/{r['max_steps']}  reward {r['final_reward']}")
+    if not is_loopback(args.host):
+        print(f"WARNING: listening on {args.host} with no authentication: anyone who can reach this port "
+              "can start training runs.", file=sys.stderr)
+    demo = build_app(args.allow_custom_rewards)
+    demo.queue(default_concurrency_limit=4, max_size=64)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share,
+                max_file_size=f"{args.max_upload_mb}mb", css=(ROOT / "assets" / "studio.css").read_text(),
+                show_error=False)
     return 0
 
 

@@ -1,0 +1,62 @@
+"""Pre-flight checks run before a training starts, each explained in plain words."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.config import RunConfig
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    message: str
+
+
+def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]:
+    """Config, dataset, model, prompt budget and rewards, in that order; later checks need earlier ones."""
+    from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
+    from pipeline.models import ModelError, load_tokenizer, resolve_model
+    from pipeline.rewards import build_rewards, score
+
+    checks: list[Check] = []
+    problems = cfg.problems(allow_custom_rewards=allow_custom_rewards)
+    checks.append(Check("settings", not problems, "; ".join(problems) or
+                        f"G={cfg.num_generations}, {cfg.batch_size // max(cfg.num_generations, 1)} prompt(s) per step, "
+                        f"{cfg.max_steps} steps."))
+    try:
+        train, held = load_dataset_split(cfg.dataset, cfg.seed)
+        checks.append(Check("dataset", True, f"{len(train)} training prompts, {len(held)} held out."))
+    except DatasetError as exc:
+        checks.append(Check("dataset", False, str(exc)))
+        train = []
+    try:
+        tokenizer = load_tokenizer(resolve_model(cfg.model))
+        checks.append(Check("model", True, f"'{cfg.model}' can be loaded."))
+    except (ModelError, OSError, ValueError) as exc:
+        checks.append(Check("model", False, str(exc)))
+        tokenizer = None
+    if tokenizer is not None and train:
+        def count(messages):
+            return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+        try:
+            check_prompt_budget(train, count, cfg.max_prompt_tokens, cfg.dataset.source)
+            longest = max(count(r["prompt"]) for r in train)
+            checks.append(Check("budget", True, f"Longest prompt {longest} tokens + {cfg.max_completion_length} "
+                                                f"completion tokens fit the {cfg.max_prompt_tokens}-token prompt budget."))
+        except DatasetError as exc:
+            checks.append(Check("budget", False, str(exc)))
+    if not problems and train:
+        try:
+            funcs, weights = build_rewards(cfg.rewards, policy="fail", allow_custom=allow_custom_rewards)
+            sample = train[0]
+            completions = [[{"role": "assistant", "content": text}] for text in
+                           ("A short sample answer.", "<think>check</think><answer>42</answer>")]
+            extra = {"answer": [sample["answer"]] * 2} if "answer" in sample else {}
+            result = score(funcs, weights, completions, **extra)
+            checks.append(Check("rewards", True, "Every reward scored a sample: " + ", ".join(
+                f"{k}={v[0]:.3g}" for k, v in result["per_reward"].items() if v[0] is not None) + "."))
+        except Exception as exc:  # noqa: BLE001 - any reward failure is shown to the user
+            checks.append(Check("rewards", False, str(exc)))
+    return checks

@@ -1,0 +1,72 @@
+from pipeline.health import health_warnings
+from ui import views
+
+
+def row(step, **kw):
+    base = dict(step=step, reward=1.0, reward_std=0.5, frac_reward_zero_std=0.0, kl=0.01, clipped_ratio=0.0,
+                entropy=2.0, loss=0.0, completion_length=20.0, rewards={"length_target": {"mean": -3.0}})
+    base.update(kw)
+    return base
+
+
+def keys(rows):
+    return [w.key for w in health_warnings(rows)]
+
+
+def test_healthy_run_has_no_warnings():
+    assert keys([row(i) for i in range(1, 6)]) == []
+
+
+def test_no_signal_needs_a_few_steps():
+    flat = [row(i, reward_std=0.0, frac_reward_zero_std=1.0) for i in range(1, 4)]
+    assert keys(flat[:2]) == [] and keys(flat) == ["no_signal"]
+
+
+def test_one_flat_step_does_not_alarm():
+    rows = [row(1), row(2, frac_reward_zero_std=1.0), row(3)]
+    assert "no_signal" not in keys(rows)
+
+
+def test_kl_over_half():
+    assert keys([row(1), row(2, kl=0.7)]) == ["kl_high"]
+
+
+def test_clipped_completions():
+    assert keys([row(i, clipped_ratio=0.9) for i in range(1, 4)]) == ["clipped"]
+
+
+def test_entropy_collapse_relative_and_absolute():
+    rows = [row(1, entropy=2.0)] + [row(i, entropy=0.3) for i in range(2, 5)]
+    assert keys(rows) == ["entropy_collapse"]
+    assert keys([row(i, entropy=0.05) for i in range(1, 4)]) == ["entropy_collapse"]
+
+
+def test_every_warning_names_a_fix():
+    bad = [row(i, reward_std=0.0, frac_reward_zero_std=1.0, kl=0.9, clipped_ratio=1.0, entropy=0.01)
+           for i in range(1, 4)]
+    warnings = health_warnings(bad)
+    assert len(warnings) == 4 and all(w.fix for w in warnings)
+    assert "Try:" in views.health_html(bad)
+
+
+def test_reward_frame_has_total_and_each_reward():
+    frame = views.reward_frame([row(1), row(2)])
+    assert set(frame["series"]) == {"total (weighted)", "length_target"} and len(frame) == 4
+
+
+def test_groups_html_sorts_by_advantage_and_escapes():
+    record = {"step": 3, "groups": [{"prompt": "<b>p</b>", "completions": [
+        {"completion": "bad <script>", "rewards": {"r": 0.0}, "total": 0.0, "advantage": -0.94},
+        {"completion": "good", "rewards": {"r": 1.0}, "total": 1.0, "advantage": 0.94}]}]}
+    out = views.groups_html(record)
+    assert out.index("good") < out.index("bad") and "<script>" not in out and "&lt;b&gt;" in out
+    assert "gs-pos" in out and "gs-neg" in out
+
+
+def test_empty_states_explain_what_will_appear():
+    assert "Start" in views.progress_html(None, {}, [], None)
+    assert "first step" in views.groups_html(None)
+
+
+def test_bench_summary_flags_equal_group():
+    assert "teach the model nothing" in views.bench_summary([1.0, 1.0, 1.0])

@@ -1,0 +1,112 @@
+"""Reward test bench: score candidate completions (typed or sampled) with chosen rewards and see the
+group mean, std and advantages exactly as the trainer computes them. Debug rewards before training."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from pipeline.advantages import group_advantages
+from pipeline.config import BUNDLED_MODEL_ID, ConfigError
+from pipeline.models import catalog_choices
+from pipeline.rewards import build_rewards, score
+from ui import views
+from ui.form import REWARD_COLUMNS, reward_rows, rewards_from_rows
+
+SEPARATOR = "---"
+EXAMPLE_PROMPT = ("My neighbour's dog barks from 6 a.m. every day. I've asked twice, politely, and nothing "
+                  "changed. Should I talk to the landlord or keep trying with the neighbour?")
+EXAMPLE_CANDIDATES = "\n---\n".join([
+    "Talk to the landlord after one last friendly note.",
+    "TL;DR: barking dog, two polite talks failed; ask the landlord next.",
+    "dog dog dog dog dog dog",
+    "You should definitely consider the many different options that are available to you in this situation, "
+    "because every situation is different and it depends on a lot of things.",
+])
+
+
+def split_candidates(text: str) -> list[str]:
+    parts = [p.strip() for p in (text or "").split(f"\n{SEPARATOR}\n")]
+    return [p for p in parts if p]
+
+
+def parse_raw(text: str) -> list[float]:
+    cleaned = (text or "").replace("[", " ").replace("]", " ").replace(",", " ").split()
+    try:
+        return [float(x) for x in cleaned]
+    except ValueError:
+        raise ConfigError("Raw rewards must be numbers separated by commas, e.g. 1,1,1,1,0,0,0,0.") from None
+
+
+def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw: str, scale: bool):
+    try:
+        if (raw or "").strip():
+            totals = parse_raw(raw)
+            if len(totals) < 2:
+                raise ConfigError("Enter at least two rewards: advantages compare within a group.")
+            adv = group_advantages(totals, scale=scale)
+            return views.bench_table({}, totals, adv), views.bench_summary(totals)
+        rows = rewards_df.values.tolist() if hasattr(rewards_df, "values") else rewards_df
+        specs = rewards_from_rows(rows)
+        if not specs:
+            raise ConfigError("Tick at least one reward.")
+        texts = split_candidates(candidates)
+        if len(texts) < 2:
+            raise ConfigError(f"Enter at least two completions, separated by a line with only {SEPARATOR}.")
+        funcs, weights = build_rewards(specs, policy="fail")
+        completions = [[{"role": "assistant", "content": t}] for t in texts]
+        extra = {"answer": [answer] * len(texts)} if (answer or "").strip() else {}
+        prompts = [[{"role": "user", "content": prompt or ""}]] * len(texts)
+        result = score(funcs, weights, completions, prompts=prompts, **extra)
+        adv = group_advantages(result["total"], scale=scale)
+        return views.bench_table(result["per_reward"], result["total"], adv), views.bench_summary(result["total"])
+    except Exception as exc:  # noqa: BLE001 - a debugging tool: show the reason plainly
+        return views.EMPTY.iloc[0:0], f"❌ {exc}"
+
+
+def sample_group(model_id: str, prompt: str, g: float, temperature: float, max_tokens: float,
+                 progress=gr.Progress()):
+    from pipeline.generate import generate_batch
+    from pipeline.models import load_model
+
+    try:
+        progress(0.1, desc="Loading the model")
+        model, tok = load_model(model_id or BUNDLED_MODEL_ID)
+        progress(0.4, desc=f"Sampling {int(g)} completions")
+        texts = generate_batch(model, tok, [[{"role": "user", "content": prompt}]] * int(g),
+                               max_new_tokens=int(max_tokens), temperature=max(float(temperature), 0.05))
+        return f"\n{SEPARATOR}\n".join(t.strip() or "(empty)" for t in texts), ""
+    except Exception as exc:  # noqa: BLE001
+        return gr.skip(), f"❌ {exc}"
+
+
+def build(allow_custom: bool = False) -> None:
+    with gr.Tab("Reward test bench", id="bench"):
+        gr.Markdown("Try rewards on a group before spending compute. Each completion gets its per-reward "
+                    "scores and weighted total; the advantages are computed exactly as TRL's GRPOTrainer does.")
+        with gr.Row(equal_height=False):
+            with gr.Column():
+                rewards = gr.Dataframe(value=reward_rows(allow_custom=allow_custom), headers=REWARD_COLUMNS,
+                                       datatype=["bool", "str", "number", "str"], interactive=True,
+                                       column_count=(4, "fixed"), label="Rewards")
+                prompt = gr.Textbox(label="Prompt", value=EXAMPLE_PROMPT, lines=3)
+                answer = gr.Textbox(label="Reference answer (for exact_answer / numeric_tolerance)")
+                candidates = gr.Textbox(label=f"Candidate completions (separate with a line: {SEPARATOR})",
+                                        value=EXAMPLE_CANDIDATES, lines=10, elem_id="bench-candidates")
+                with gr.Accordion("Sample G completions from a model instead", open=False):
+                    model = gr.Dropdown(choices=catalog_choices(), value=BUNDLED_MODEL_ID, label="Model",
+                                        allow_custom_value=True)
+                    with gr.Row():
+                        g = gr.Number(value=4, precision=0, label="G")
+                        temperature = gr.Number(value=1.0, label="Temperature")
+                        max_tokens = gr.Number(value=48, precision=0, label="Max new tokens")
+                    sample_btn = gr.Button("Sample G completions")
+                raw = gr.Textbox(label="…or type raw rewards (skips the functions)", placeholder="1,1,1,1,0,0,0,0",
+                                 elem_id="bench-raw")
+                scale = gr.Checkbox(value=True, label="Divide by group std (GRPO); off = mean-centred only")
+                score_btn = gr.Button("Score the group", variant="primary", elem_id="bench-score")
+            with gr.Column():
+                summary = gr.Markdown(elem_id="bench-summary")
+                table = gr.Dataframe(label="Scores and advantages", interactive=False, elem_id="bench-table")
+        score_btn.click(score_candidates, [rewards, prompt, candidates, answer, raw, scale], [table, summary])
+        sample_btn.click(sample_group, [model, prompt, g, temperature, max_tokens], [candidates, summary],
+                         concurrency_id="model", concurrency_limit=1)

@@ -1,0 +1,394 @@
+"""Train tab: set up a GRPO run, start/stop it, and watch it live (charts, groups, health, log),
+plus the runs list. Handlers read the form, call pipeline/, and return updates; the live view
+polls the run directory with a gr.Timer, so a page reload or an app restart picks a run up again."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import gradio as gr
+
+from pipeline import runner, runs
+from pipeline.config import (
+    LOSS_TYPES, PRECISIONS, PRESETS, REWARD_ERROR_POLICIES, BUNDLED_MODEL_ID, ConfigError, RunConfig, apply_preset,
+    field_help,
+)
+from pipeline.data import DatasetError, load_rows, read_table
+from pipeline.models import catalog_choices
+from pipeline.rewards import reward_registry
+from ui import views
+from ui.form import HYPER_FIELDS, REWARD_COLUMNS, SOURCES, config_to_form, form_to_config, reward_rows
+
+CHOICES = {"loss_type": LOSS_TYPES, "precision": PRECISIONS, "reward_errors": REWARD_ERROR_POLICIES}
+LABELS = {
+    "num_generations": "Group size G", "batch_size": "Batch (completions / step)", "max_steps": "Steps",
+    "learning_rate": "Learning rate", "beta": "beta (KL weight)", "epsilon": "epsilon (clip)",
+    "max_completion_length": "Max completion tokens", "max_prompt_tokens": "Prompt token budget",
+    "temperature": "Temperature", "top_p": "top-p", "loss_type": "Loss type", "scale_rewards": "Scale by group std",
+    "lora_r": "LoRA r", "lora_alpha": "LoRA alpha", "lora_dropout": "LoRA dropout",
+    "lora_target_modules": "LoRA target modules", "seed": "Seed", "save_steps": "Checkpoint every N steps",
+    "precision": "Precision", "gradient_checkpointing": "Gradient checkpointing", "reward_errors": "On reward errors",
+}
+RUN_COLUMNS = ["run", "state", "model", "dataset", "rewards", "step", "max_steps", "final_reward", "duration_s"]
+
+
+def reward_docs() -> str:
+    lines = ["| reward | what it scores | parameters |", "|---|---|---|"]
+    for d in reward_registry.describe():
+        params = ", ".join(f"`{k}` ({p['help']})" for k, p in d["params"].items()) or "none"
+        lines.append(f"| `{d['name']}` | {d['description']} | {params} |")
+    return "\n".join(lines)
+
+
+def hyper_component(name: str, default):
+    kwargs = dict(label=LABELS.get(name, name), info=field_help(RunConfig, name), value=default)
+    if name in CHOICES:
+        return gr.Dropdown(choices=list(CHOICES[name]), **kwargs)
+    if isinstance(default, bool):
+        return gr.Checkbox(**kwargs)
+    if isinstance(default, (int, float)):
+        return gr.Number(precision=0 if isinstance(default, int) else None, **kwargs)
+    return gr.Textbox(**kwargs)
+
+
+# ---- handlers (thin: form -> config -> pipeline) -----------------------------------------------
+
+
+def run_names() -> list[str]:
+    return [p.name for p in runs.iter_run_dirs()]
+
+
+def run_path(name: str | None) -> Path | None:
+    if not name:
+        return None
+    path = (runs.runs_dir() / name).resolve()
+    # Only names of existing run folders are accepted: never a user-supplied path.
+    if path.parent != runs.runs_dir() or not (path / "config.json").exists():
+        return None
+    return path
+
+
+def store_upload(file_path: str | None) -> tuple[str, gr.Dropdown, gr.Dropdown, str]:
+    """Copy an upload under the data directory and offer its columns."""
+    if not file_path:
+        return "", gr.Dropdown(choices=[]), gr.Dropdown(choices=[]), ""
+    src = Path(file_path)
+    dest_dir = runs.data_dir() / "uploads"
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / f"{uuid.uuid4().hex[:8]}-{src.name}"
+    shutil.copyfile(src, dest)
+    try:
+        _, columns = read_table(dest)
+    except DatasetError as exc:
+        return "", gr.Dropdown(choices=[]), gr.Dropdown(choices=[]), f"❌ {exc}"
+    prompt = next((c for c in columns if c.lower() in ("prompt", "question", "text", "input")), columns[0])
+    answer = next((c for c in columns if c.lower() in ("answer", "solution", "target", "label")), None)
+    return (str(dest), gr.Dropdown(choices=columns, value=prompt),
+            gr.Dropdown(choices=[""] + columns, value=answer or ""), f"✓ {src.name}: {len(columns)} columns.")
+
+
+def build_config(*values) -> RunConfig:
+    (model_choice, model_custom, source, stored_path, prompt_col, answer_col, system, hub_id, hub_split,
+     rewards_df, *hyper) = values
+    rows = rewards_df.values.tolist() if hasattr(rewards_df, "values") else rewards_df
+    return form_to_config(model_choice, model_custom, source, stored_path, prompt_col, answer_col, system,
+                          hub_id, hub_split, rows, *hyper)
+
+
+def preview_dataset(*values, progress=gr.Progress()):
+    try:
+        cfg = build_config(*values)
+        progress(0.2, desc="Reading prompts")
+        rows = load_rows(cfg.dataset)[:3]
+        progress(0.5, desc="Loading the tokenizer (the bundled model is converted once, ~30 s)")
+        from pipeline.models import load_tokenizer, resolve_model
+
+        tok = load_tokenizer(resolve_model(cfg.model))
+        shown = []
+        for i, row in enumerate(rows, 1):
+            text = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+            answer = f"\n[reference answer: {row['answer']}]" if "answer" in row else ""
+            shown.append(f"--- prompt {i} ({len(tok(text)['input_ids'])} tokens) ---\n{text}{answer}")
+        return "\n\n".join(shown)
+    except Exception as exc:  # noqa: BLE001 - show the reason, keep serving
+        return f"Can't preview: {exc}"
+
+
+def run_preflight(allow_custom: bool, *values, progress=gr.Progress()):
+    from pipeline.preflight import preflight
+
+    try:
+        cfg = build_config(*values)
+    except ConfigError as exc:
+        return f"❌ {exc}"
+    progress(0.3, desc="Checking data, model, budget and rewards")
+    checks = preflight(cfg, allow_custom_rewards=allow_custom)
+    lines = [f"{'✅' if c.ok else '❌'} **{c.name}**: {c.message}" for c in checks]
+    verdict = "Ready to start." if all(c.ok for c in checks) else "Fix the ❌ items before starting."
+    return "\n\n".join(lines + [f"**{verdict}**"])
+
+
+def show_command(allow_custom: bool, *values):
+    try:
+        cfg = build_config(*values)
+    except ConfigError as exc:
+        return f"# {exc}"
+    placeholder = runs.runs_dir() / "NEW-RUN"
+    single = runner.command_preview(runner.train_command(placeholder, allow_custom_rewards=allow_custom,
+                                                         python=".venv/bin/python"))
+    multi = runner.command_preview(runner.train_command(placeholder, nproc=2, allow_custom_rewards=allow_custom,
+                                                        python=".venv/bin/python"))
+    return (f"# 1. save this as {placeholder}/config.json\n# 2. run it headless:\n{single}\n"
+            f"# ...or on 2 processes / GPUs:\n{multi}\n\n# config.json\n{cfg.to_json()}")
+
+
+def start_training(allow_custom: bool, *values):
+    try:
+        cfg = build_config(*values)
+        label = Path(cfg.model).name.replace("SmolLM2-135M-Instruct", "smollm2") + "-" + cfg.dataset.source
+        run_dir = runner.start_run(cfg, label=label, allow_custom_rewards=allow_custom)
+    except (ConfigError, runner.RunnerError, OSError) as exc:
+        return gr.Dropdown(), f"❌ {exc}"
+    return (gr.Dropdown(choices=run_names(), value=run_dir.name),
+            f"▶ Started **{run_dir.name}**. The first step appears after the model loads and one group is sampled.")
+
+
+def stop_training(run_name: str | None):
+    path = run_path(run_name)
+    if path is None:
+        return "Pick a run to stop."
+    if runner.stop_run(path):
+        return f"⏹ Stop requested for **{run_name}**: it finishes the current step, then saves a checkpoint and the adapter."
+    return f"**{run_name}** is not running."
+
+
+def refresh(run_name: str | None, group_step, last_sig):
+    """Timer tick: re-read the run directory; skip every output when nothing changed."""
+    path = run_path(run_name)
+    if path is None:
+        sig = ("none",)
+        if sig == last_sig:
+            return [gr.skip()] * 11 + [last_sig]
+        empty = views.EMPTY.copy()
+        return [views.progress_html(None, {}, [], None), "", empty, *[empty] * 5,
+                views.groups_html(None), "", gr.Slider(), sig]
+    status = runs.read_status(path)
+    metrics = runs.read_metrics(path)
+    log_size = (path / "train.log").stat().st_size if (path / "train.log").exists() else 0
+    sig = (run_name, len(metrics), status.get("state"), group_step, log_size)
+    if sig == last_sig:
+        return [gr.skip()] * 11 + [last_sig]
+    cfg = json.loads((path / "config.json").read_text())
+    groups = runs.read_groups(path)
+    steps = [g["step"] for g in groups]
+    pick = int(group_step or 0)
+    record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
+    slider = gr.Slider(minimum=0, maximum=max(steps or [0]), step=1)
+    return [
+        views.progress_html(run_name, status, metrics, cfg.get("max_steps")),
+        views.health_html(metrics),
+        views.reward_frame(metrics),
+        *[views.metric_frame(metrics, chart) for chart in views.CHARTS],
+        views.groups_html(record),
+        runs.log_tail(path, 30),
+        slider,
+        sig,
+    ]
+
+
+def runs_table():
+    import pandas as pd
+
+    rows = runs.list_runs()
+    return pd.DataFrame([[r.get(c) for c in RUN_COLUMNS] for r in rows], columns=RUN_COLUMNS)
+
+
+def refresh_runs(current: str | None):
+    names = run_names()
+    active = runner.active_run()
+    value = current if current in names else (active.name if active else (names[0] if names else None))
+    return (gr.Dropdown(choices=names, value=value), runs_table(), gr.CheckboxGroup(choices=names),
+            gr.Dropdown(choices=names, value=value))
+
+
+def compare_runs(selected: list[str]):
+    return views.compare_frame({name: runs.read_metrics(p) for name in selected or [] if (p := run_path(name))})
+
+
+def resume_training(name: str | None, allow_custom: bool):
+    path = run_path(name)
+    if path is None:
+        return gr.Dropdown(), "Pick a run to resume."
+    try:
+        runner.resume_run(path, allow_custom_rewards=allow_custom)
+    except runner.RunnerError as exc:
+        return gr.Dropdown(), f"❌ {exc}"
+    return gr.Dropdown(value=name), f"▶ Resuming **{name}** from its last complete checkpoint."
+
+
+def evaluate_run(name: str | None, progress=gr.Progress()):
+    path = run_path(name)
+    if path is None:
+        return "Pick a finished run to evaluate."
+    progress(0.1, desc="Generating with the base and the tuned model on held-out prompts")
+    proc = subprocess.run([sys.executable, "-m", "pipeline.evaluate", "--run-dir", str(path), "--limit", "16"],
+                          cwd=runner.ROOT, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        return f"❌ {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'evaluation failed'}"
+    result = json.loads((path / "eval.json").read_text())
+    lines = [f"**{name}** on {result['n']} held-out prompts (greedy):", "",
+             "| | mean total | " + " | ".join(result["base"]["rewards"]) + " |",
+             "|---|---|" + "---|" * len(result["base"]["rewards"])]
+    for side in ("base", "tuned"):
+        r = result[side]
+        lines.append(f"| {side} | {r['reward_mean']:.3f} | " + " | ".join(
+            "-" if v is None else f"{v:.3f}" for v in r["rewards"].values()) + " |")
+    lines.append(f"\nDelta (tuned - base): **{result['delta']:+.3f}**")
+    return "\n".join(lines)
+
+
+def delete_run(name: str | None, confirmed: bool):
+    path = run_path(name)
+    if path is None:
+        return "Pick a run to delete.", False
+    if not confirmed:
+        return "Tick **Yes, delete it** first: this removes the run's folder, checkpoints and models.", False
+    try:
+        runs.delete_run(path)
+    except ValueError as exc:
+        return f"❌ {exc}", False
+    return f"🗑 Deleted **{name}**.", False
+
+
+def fill_preset(name: str):
+    values = config_to_form(apply_preset(RunConfig(), name))
+    return [values[f] for f in HYPER_FIELDS]
+
+
+# ---- layout ------------------------------------------------------------------------------------
+
+
+def build(allow_custom: bool = False) -> None:
+    """Add the Train tab to the enclosing gr.Blocks."""
+    defaults = config_to_form(RunConfig())
+    allow = gr.State(allow_custom)
+    with gr.Tab("Train", id="train"):
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=2, min_width=380):
+                gr.Markdown("### 1. Model and data")
+                model_choice = gr.Dropdown(choices=catalog_choices(), value=BUNDLED_MODEL_ID, label="Model",
+                                           info="The bundled model works offline; hub models need a network.")
+                model_custom = gr.Textbox(label="…or a hub id / local folder", placeholder="org/name or /path/to/model")
+                source = gr.Radio(list(SOURCES), value="TL;DR (bundled)", label="Prompts")
+                with gr.Group(visible=False) as file_box:
+                    upload = gr.File(label="CSV / JSONL / JSON", file_types=[".csv", ".jsonl", ".json"],
+                                     type="filepath")
+                    upload_msg = gr.Markdown()
+                    with gr.Row():
+                        prompt_col = gr.Dropdown(label="Prompt column", choices=[], allow_custom_value=True)
+                        answer_col = gr.Dropdown(label="Answer column (optional)", choices=[], allow_custom_value=True)
+                with gr.Group(visible=False) as hub_box:
+                    with gr.Row():
+                        hub_id = gr.Textbox(label="Hub dataset id", placeholder="mlabonne/smoltldr")
+                        hub_split = gr.Textbox(label="Split", value="train")
+                system = gr.Textbox(label="System prompt (optional)", lines=2,
+                                    placeholder="Leave empty for the dataset's default instruction.")
+                stored_path = gr.State("")
+                preview_btn = gr.Button("Preview prompts as the model sees them", size="sm")
+                preview = gr.Code(label="Prompt preview", language=None, lines=8, visible=True)
+
+                gr.Markdown("### 2. Rewards")
+                rewards = gr.Dataframe(value=reward_rows(allow_custom=allow_custom), headers=REWARD_COLUMNS,
+                                       datatype=["bool", "str", "number", "str"], interactive=True,
+                                       column_count=(4, "fixed"), label="Tick to use; set weight and parameters")
+                with gr.Accordion("What each reward does", open=False):
+                    gr.Markdown(reward_docs())
+
+                gr.Markdown("### 3. Hyperparameters")
+                preset = gr.Dropdown(choices=list(PRESETS), value="Quick CPU demo", label="Preset")
+                hyper = []
+                with gr.Accordion("All settings", open=False):
+                    for name in HYPER_FIELDS:
+                        hyper.append(hyper_component(name, defaults[name]))
+
+                with gr.Row():
+                    check_btn = gr.Button("Pre-flight check")
+                    cmd_btn = gr.Button("Show command")
+                    start_btn = gr.Button("Start", variant="primary", elem_id="start-btn")
+                message = gr.Markdown(elem_id="train-message")
+                command = gr.Code(label="Equivalent command and config", language="shell", visible=True, lines=6)
+
+            with gr.Column(scale=3, min_width=520):
+                with gr.Row():
+                    run_select = gr.Dropdown(label="Run", choices=[], scale=4, elem_id="run-select")
+                    stop_btn = gr.Button("Stop", variant="stop", scale=1, elem_id="stop-btn")
+                progress_box = gr.HTML(views.progress_html(None, {}, [], None), elem_id="progress")
+                health = gr.HTML(elem_id="health")
+                reward_plot = gr.LinePlot(views.EMPTY, x="step", y="value", color="series",
+                                          title="Reward: total and per function (mean)", height=260,
+                                          elem_id="reward-plot")
+                plots = []
+                chart_items = list(views.CHARTS.items())
+                for i in range(0, len(chart_items), 2):
+                    with gr.Row():
+                        for key, (title, _) in chart_items[i:i + 2]:
+                            plots.append(gr.LinePlot(views.EMPTY, x="step", y="value", color="series", title=title,
+                                                     height=200, elem_id=f"plot-{key}"))
+                gr.Markdown("#### Group inspector\nEach prompt's G completions, best advantage first. "
+                            "Green rows were reinforced, red rows discouraged.")
+                group_step = gr.Slider(0, 1, value=0, step=1, label="Step (0 = latest)", elem_id="group-step")
+                groups = gr.HTML(views.groups_html(None), elem_id="groups")
+                log = gr.Textbox(label="Log tail", lines=8, max_lines=8, interactive=False, elem_id="log")
+
+        with gr.Accordion("Runs", open=True):
+            with gr.Row():
+                refresh_btn = gr.Button("Refresh list", size="sm")
+            table = gr.Dataframe(runs_table(), interactive=False, label="All runs", elem_id="runs-table")
+            with gr.Row():
+                with gr.Column():
+                    compare = gr.CheckboxGroup(label="Overlay reward curves", choices=[], elem_id="compare")
+                    compare_plot = gr.LinePlot(views.EMPTY, x="step", y="value", color="series",
+                                               title="Total reward by run", height=240)
+                with gr.Column():
+                    action_run = gr.Dropdown(label="Run", choices=[])
+                    with gr.Row():
+                        resume_btn = gr.Button("Resume")
+                        eval_btn = gr.Button("Evaluate base vs tuned")
+                    with gr.Row():
+                        confirm = gr.Checkbox(label="Yes, delete it", value=False)
+                        delete_btn = gr.Button("Delete", variant="stop")
+                    action_msg = gr.Markdown()
+
+    form = [model_choice, model_custom, source, stored_path, prompt_col, answer_col, system, hub_id, hub_split,
+            rewards, *hyper]
+    last_sig = gr.State(None)
+    timer = gr.Timer(1.0)
+    watch_outputs = [progress_box, health, reward_plot, *plots, groups, log, group_step, last_sig]
+
+    source.change(lambda s: (gr.Group(visible=SOURCES[s] == "file"), gr.Group(visible=SOURCES[s] == "hub")),
+                  source, [file_box, hub_box])
+    upload.upload(store_upload, upload, [stored_path, prompt_col, answer_col, upload_msg])
+    preview_btn.click(preview_dataset, form, preview, concurrency_id="model", concurrency_limit=1)
+    preset.change(fill_preset, preset, hyper)
+    check_btn.click(run_preflight, [allow, *form], message, concurrency_id="model", concurrency_limit=1)
+    cmd_btn.click(show_command, [allow, *form], command)
+    start_btn.click(start_training, [allow, *form], [run_select, message], concurrency_limit=1,
+                    concurrency_id="start").then(
+        refresh_runs, run_select, [run_select, table, compare, action_run])
+    stop_btn.click(stop_training, run_select, message)
+    timer.tick(refresh, [run_select, group_step, last_sig], watch_outputs, show_progress="hidden")
+    run_select.change(lambda: None, None, last_sig)
+    refresh_btn.click(refresh_runs, run_select, [run_select, table, compare, action_run])
+    compare.change(compare_runs, compare, compare_plot)
+    resume_btn.click(resume_training, [action_run, allow], [run_select, action_msg]).then(
+        refresh_runs, run_select, [run_select, table, compare, action_run])
+    eval_btn.click(evaluate_run, action_run, action_msg, concurrency_id="model", concurrency_limit=1)
+    delete_btn.click(delete_run, [action_run, confirm], [action_msg, confirm]).then(
+        refresh_runs, run_select, [run_select, table, compare, action_run])
+    gr.Timer(5.0).tick(runs_table, None, table, show_progress="hidden")
+    return refresh_runs, run_select, [run_select, table, compare, action_run]
