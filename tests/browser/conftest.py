@@ -1,0 +1,71 @@
+"""A real app process and a real browser: Playwright driving Debian's chromium (never a downloaded one)."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(port: int, *extra: str) -> subprocess.Popen:
+    log = open(ARTIFACTS / f"app-{port}.log", "ab")
+    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), *extra], cwd=ROOT,
+                            env=os.environ.copy(), stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"app exited early, see {log.name}")
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError("app did not start in 120 s")
+
+
+@pytest.fixture(scope="session")
+def app_url(studio_data, bundled_model_dir):
+    ARTIFACTS.mkdir(exist_ok=True)
+    port = free_port()
+    proc = start_app(port)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        pytest.fail("Debian chromium is required for browser tests: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1500, "height": 1100})
+    pg = context.new_page()
+    yield pg
+    context.close()
