@@ -60,7 +60,7 @@ def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw:
         adv = group_advantages(result["total"], scale=scale)
         return views.bench_table(result["per_reward"], result["total"], adv), views.bench_summary(result["total"])
     except Exception as exc:  # noqa: BLE001 - a debugging tool: show the reason plainly
-        return views.EMPTY.iloc[0:0], f"❌ {exc}"
+        return None, f"❌ {exc}"
 
 
 def sample_group(model_id: str, prompt: str, g: float, temperature: float, max_tokens: float,

@@ -174,8 +174,7 @@ def refresh(run_name: str | None, group_step, last_sig):
         sig = ("none",)
         if sig == last_sig:
             return [gr.skip()] * 11 + [last_sig]
-        empty = views.EMPTY.copy()
-        return [views.progress_html(None, {}, [], None), "", empty, *[empty] * 5,
+        return [views.progress_html(None, {}, [], None), "", None, *[None] * 5,
                 views.groups_html(None), "", gr.Slider(), sig]
     status = runs.read_status(path)
     metrics = runs.read_metrics(path)
@@ -276,8 +275,8 @@ def fill_preset(name: str):
 def build(allow_custom: bool = False) -> None:
     """Add the Train tab to the enclosing gr.Blocks."""
     defaults = config_to_form(RunConfig())
-    allow = gr.State(allow_custom)
     with gr.Tab("Train", id="train"):
+        allow = gr.State(allow_custom)
         with gr.Row(equal_height=False):
             with gr.Column(scale=2, min_width=380):
                 gr.Markdown("### 1. Model and data")
@@ -329,7 +328,7 @@ def build(allow_custom: bool = False) -> None:
                     stop_btn = gr.Button("Stop", variant="stop", scale=1, elem_id="stop-btn")
                 progress_box = gr.HTML(views.progress_html(None, {}, [], None), elem_id="progress")
                 health = gr.HTML(elem_id="health")
-                reward_plot = gr.LinePlot(views.EMPTY, x="step", y="value", color="series",
+                reward_plot = gr.LinePlot(None, x="step", y="value", color="series",
                                           title="Reward: total and per function (mean)", height=260,
                                           elem_id="reward-plot")
                 plots = []
@@ -337,7 +336,7 @@ def build(allow_custom: bool = False) -> None:
                 for i in range(0, len(chart_items), 2):
                     with gr.Row():
                         for key, (title, _) in chart_items[i:i + 2]:
-                            plots.append(gr.LinePlot(views.EMPTY, x="step", y="value", color="series", title=title,
+                            plots.append(gr.LinePlot(None, x="step", y="value", color="series", title=title,
                                                      height=200, elem_id=f"plot-{key}"))
                 gr.Markdown("#### Group inspector\nEach prompt's G completions, best advantage first. "
                             "Green rows were reinforced, red rows discouraged.")
@@ -352,7 +351,7 @@ def build(allow_custom: bool = False) -> None:
             with gr.Row():
                 with gr.Column():
                     compare = gr.CheckboxGroup(label="Overlay reward curves", choices=[], elem_id="compare")
-                    compare_plot = gr.LinePlot(views.EMPTY, x="step", y="value", color="series",
+                    compare_plot = gr.LinePlot(None, x="step", y="value", color="series",
                                                title="Total reward by run", height=240)
                 with gr.Column():
                     action_run = gr.Dropdown(label="Run", choices=[])
@@ -364,31 +363,31 @@ def build(allow_custom: bool = False) -> None:
                         delete_btn = gr.Button("Delete", variant="stop")
                     action_msg = gr.Markdown()
 
-    form = [model_choice, model_custom, source, stored_path, prompt_col, answer_col, system, hub_id, hub_split,
-            rewards, *hyper]
-    last_sig = gr.State(None)
-    timer = gr.Timer(1.0)
-    watch_outputs = [progress_box, health, reward_plot, *plots, groups, log, group_step, last_sig]
+        form = [model_choice, model_custom, source, stored_path, prompt_col, answer_col, system, hub_id, hub_split,
+                rewards, *hyper]
+        last_sig = gr.State(None)
+        timer = gr.Timer(1.0)
+        watch_outputs = [progress_box, health, reward_plot, *plots, groups, log, group_step, last_sig]
 
-    source.change(lambda s: (gr.Group(visible=SOURCES[s] == "file"), gr.Group(visible=SOURCES[s] == "hub")),
-                  source, [file_box, hub_box])
-    upload.upload(store_upload, upload, [stored_path, prompt_col, answer_col, upload_msg])
-    preview_btn.click(preview_dataset, form, preview, concurrency_id="model", concurrency_limit=1)
-    preset.change(fill_preset, preset, hyper)
-    check_btn.click(run_preflight, [allow, *form], message, concurrency_id="model", concurrency_limit=1)
-    cmd_btn.click(show_command, [allow, *form], command)
-    start_btn.click(start_training, [allow, *form], [run_select, message], concurrency_limit=1,
-                    concurrency_id="start").then(
-        refresh_runs, run_select, [run_select, table, compare, action_run])
-    stop_btn.click(stop_training, run_select, message)
-    timer.tick(refresh, [run_select, group_step, last_sig], watch_outputs, show_progress="hidden")
-    run_select.change(lambda: None, None, last_sig)
-    refresh_btn.click(refresh_runs, run_select, [run_select, table, compare, action_run])
-    compare.change(compare_runs, compare, compare_plot)
-    resume_btn.click(resume_training, [action_run, allow], [run_select, action_msg]).then(
-        refresh_runs, run_select, [run_select, table, compare, action_run])
-    eval_btn.click(evaluate_run, action_run, action_msg, concurrency_id="model", concurrency_limit=1)
-    delete_btn.click(delete_run, [action_run, confirm], [action_msg, confirm]).then(
-        refresh_runs, run_select, [run_select, table, compare, action_run])
-    gr.Timer(5.0).tick(runs_table, None, table, show_progress="hidden")
+        source.change(lambda s: (gr.Group(visible=SOURCES[s] == "file"), gr.Group(visible=SOURCES[s] == "hub")),
+                      source, [file_box, hub_box])
+        upload.upload(store_upload, upload, [stored_path, prompt_col, answer_col, upload_msg])
+        preview_btn.click(preview_dataset, form, preview, concurrency_id="model", concurrency_limit=1)
+        preset.change(fill_preset, preset, hyper)
+        check_btn.click(run_preflight, [allow, *form], message, concurrency_id="model", concurrency_limit=1)
+        cmd_btn.click(show_command, [allow, *form], command)
+        start_btn.click(start_training, [allow, *form], [run_select, message], concurrency_limit=1,
+                        concurrency_id="start").then(
+            refresh_runs, run_select, [run_select, table, compare, action_run])
+        stop_btn.click(stop_training, run_select, message)
+        timer.tick(refresh, [run_select, group_step, last_sig], watch_outputs, show_progress="hidden")
+        run_select.change(lambda: None, None, last_sig)
+        refresh_btn.click(refresh_runs, run_select, [run_select, table, compare, action_run])
+        compare.change(compare_runs, compare, compare_plot)
+        resume_btn.click(resume_training, [action_run, allow], [run_select, action_msg]).then(
+            refresh_runs, run_select, [run_select, table, compare, action_run])
+        eval_btn.click(evaluate_run, action_run, action_msg, concurrency_id="model", concurrency_limit=1)
+        delete_btn.click(delete_run, [action_run, confirm], [action_msg, confirm]).then(
+            refresh_runs, run_select, [run_select, table, compare, action_run])
+        gr.Timer(5.0).tick(runs_table, None, table, show_progress="hidden")
     return refresh_runs, run_select, [run_select, table, compare, action_run]

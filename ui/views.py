@@ -19,8 +19,13 @@ CHARTS = {
     "completion_length": ("Mean completion length (tokens)", [("length", "completion_length")]),
     "entropy": ("Token entropy", [("entropy", "entropy")]),
 }
-EMPTY = pd.DataFrame({"step": pd.Series(dtype=int), "value": pd.Series(dtype=float),
-                      "series": pd.Series(dtype=str)})
+COLUMNS = ["step", "value", "series"]
+
+
+def _frame(data: list[tuple]) -> pd.DataFrame | None:
+    # None (not an empty frame) until there is data: a plot first drawn from an empty frame keeps an
+    # empty colour legend and never shows its lines.
+    return pd.DataFrame(data, columns=COLUMNS) if data else None
 
 
 def _finite(v) -> bool:
@@ -36,19 +41,19 @@ def reward_frame(rows: list[dict]) -> pd.DataFrame:
         for name, stats in (r.get("rewards") or {}).items():
             if _finite((stats or {}).get("mean")):
                 data.append((r["step"], stats["mean"], name))
-    return pd.DataFrame(data, columns=["step", "value", "series"]) if data else EMPTY.copy()
+    return _frame(data)
 
 
 def metric_frame(rows: list[dict], chart: str) -> pd.DataFrame:
     _, series = CHARTS[chart]
     data = [(r["step"], r[key], label) for r in rows for label, key in series if _finite(r.get(key))]
-    return pd.DataFrame(data, columns=["step", "value", "series"]) if data else EMPTY.copy()
+    return _frame(data)
 
 
 def compare_frame(runs_rows: dict[str, list[dict]]) -> pd.DataFrame:
     """Total reward of several runs on one chart."""
     data = [(r["step"], r["reward"], name) for name, rows in runs_rows.items() for r in rows if _finite(r.get("reward"))]
-    return pd.DataFrame(data, columns=["step", "value", "series"]) if data else EMPTY.copy()
+    return _frame(data)
 
 
 def _fmt_seconds(s) -> str:
