@@ -304,7 +304,8 @@ def build(allow_custom: bool = False) -> None:
                 gr.Markdown("### 2. Rewards")
                 rewards = gr.Dataframe(value=reward_rows(allow_custom=allow_custom), headers=REWARD_COLUMNS,
                                        datatype=["bool", "str", "number", "str"], interactive=True,
-                                       column_count=(4, "fixed"), label="Tick to use; set weight and parameters")
+                                       column_count=(4, "fixed"), label="Tick to use; set weight and parameters",
+                                       elem_id="rewards-table")
                 with gr.Accordion("What each reward does", open=False):
                     gr.Markdown(reward_docs())
 

@@ -1,0 +1,21 @@
+"""The reward test bench reproduces seed 001's advantage table in the browser."""
+
+import pytest
+from playwright.sync_api import expect
+
+from .conftest import ARTIFACTS
+
+pytestmark = pytest.mark.browser
+
+
+def test_seed_001_table(page, app_url):
+    page.goto(app_url)
+    page.get_by_role("tab", name="Reward test bench").click()
+    page.locator("#bench-raw textarea, #bench-raw input").first.fill("1,1,1,1,0,0,0,0")
+    page.locator("#bench-score").click()
+    expect(page.locator("#bench-summary")).to_contain_text("mean 0.5000", timeout=30_000)
+    expect(page.locator("#bench-summary")).to_contain_text("std 0.5345")
+    table = page.locator("#bench-table")
+    expect(table).to_contain_text("0.9352")
+    expect(table).to_contain_text("-0.9352")
+    page.screenshot(path=str(ARTIFACTS / "bench-seed-001.png"), full_page=True)

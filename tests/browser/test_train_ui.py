@@ -1,0 +1,94 @@
+"""A new user's path through the Train tab, in Debian chromium: set up, start, watch, finish, reload."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from pipeline import runs
+
+from .conftest import ARTIFACTS
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def shot(page, name):
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def plotted_series(page, elem_id):
+    """Legend entries drawn in a line plot: the plot has data when its series appear."""
+    return page.locator(f"#{elem_id} .role-legend-symbol, #{elem_id} g.role-legend text, #{elem_id} .mark-text text")
+
+
+def test_start_watch_finish_and_reload(page, app_url):
+    page.goto(app_url)
+    expect(page.get_by_text("1. Model and data")).to_be_visible()
+    expect(page.get_by_label("Model", exact=True)).to_have_value(re.compile("SmolLM2-135M-Instruct"))
+    expect(page.get_by_label("TL;DR (bundled)")).to_be_checked()
+
+    # Rewards: keep length_target, switch token_diversity off.
+    diversity = page.locator("#rewards-table [role=row]", has_text="token_diversity").locator("input[type=checkbox]")
+    expect(diversity).to_be_checked()
+    diversity.click()
+    expect(diversity).not_to_be_checked()
+
+    # Three quick steps with short completions.
+    page.get_by_text("All settings").click()
+    steps = page.get_by_label("Steps", exact=True)
+    steps.fill("3")
+    steps.press("Tab")
+    length = page.get_by_label("Max completion tokens", exact=True)
+    length.fill("24")
+    length.press("Tab")
+    shot(page, "train-01-setup")
+
+    page.locator("#start-btn").click()
+    expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)
+    run_name = page.locator("#run-select input").input_value()
+    assert run_name
+
+    # Live: the step counter moves, the reward chart gains a series, the group inspector fills.
+    expect(page.locator("#progress .gs-step")).to_have_text(re.compile(r"[1-3]"), timeout=240_000)
+    expect(page.locator("#groups .gs-group").first).to_be_visible(timeout=30_000)
+    expect(page.locator("#groups .gs-adv").first).to_have_text(re.compile(r"[+-]\d\.\d\d"))
+    expect(page.locator("#reward-plot")).to_contain_text("length_target", timeout=30_000)
+    shot(page, "train-02-running")
+
+    expect(page.locator("#progress [data-state=finished]")).to_be_visible(timeout=300_000)
+    expect(page.locator("#progress .gs-step")).to_have_text("3")
+    shot(page, "train-03-finished")
+
+    cfg = (runs.runs_dir() / run_name / "config.json").read_text()
+    assert '"max_steps": 3' in cfg and "token_diversity" not in cfg
+
+    # A reload finds the run, its chart and its groups again, from disk.
+    page.reload()
+    expect(page.locator("#run-select input")).to_have_value(run_name, timeout=30_000)
+    expect(page.locator("#progress [data-state=finished]")).to_be_visible(timeout=30_000)
+    expect(page.locator("#reward-plot")).to_contain_text("length_target", timeout=30_000)
+    expect(page.locator("#groups .gs-group").first).to_be_visible()
+    expect(page.locator("#runs-table")).to_contain_text(run_name)
+    shot(page, "train-04-reloaded")
+
+
+def test_second_start_while_training_is_refused(page, app_url):
+    """One training at a time: a second Start gets a clear message and launches nothing."""
+    from pipeline import runner
+    from pipeline.config import RunConfig
+
+    busy = runner.start_run(RunConfig(max_steps=50, max_completion_length=16), label="busy")
+    try:
+        before = len(list(runs.iter_run_dirs()))
+        page.goto(app_url)
+        # The page opens on the run that is training now.
+        expect(page.locator("#run-select input")).to_have_value(busy.name, timeout=30_000)
+        page.locator("#start-btn").click()
+        expect(page.locator("#train-message")).to_contain_text("still training", timeout=30_000)
+        assert len(list(runs.iter_run_dirs())) == before
+        page.locator("#stop-btn").click()
+        expect(page.locator("#train-message")).to_contain_text("Stop requested", timeout=30_000)
+        shot(page, "train-05-refused-and-stopped")
+    finally:
+        runner.stop_run(busy, grace_s=120)
+    assert runs.read_status(busy)["state"] in ("stopped", "failed")
