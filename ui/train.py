@@ -187,7 +187,7 @@ def refresh(run_name: str | None, group_step, last_sig):
     steps = [g["step"] for g in groups]
     pick = int(group_step or 0)
     record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
-    slider = gr.Slider(minimum=0, maximum=max(steps or [0]), step=1)
+    slider = gr.Slider(minimum=0, maximum=max(steps + [1]), step=1)  # a slider needs max > min
     return [
         views.progress_html(run_name, status, metrics, cfg.get("max_steps")),
         views.health_html(metrics),

@@ -1,0 +1,83 @@
+"""The app's events through gradio_client, against a launched app (public API surface)."""
+
+import pytest
+
+from pipeline import runs
+from pipeline.config import RunConfig
+
+
+@pytest.fixture(scope="module")
+def client(studio_data):
+    from gradio_client import Client
+
+    import app
+
+    demo = app.build_app()
+    demo.queue()
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    yield Client(url, verbose=False)
+    demo.close()
+
+
+def test_reward_bench_reproduces_seed_001(client):
+    table, summary = client.predict({"headers": ["use", "reward", "weight", "params (JSON)"], "data": []},
+                                    "", "", "", "1,1,1,1,0,0,0,0", True, api_name="/score_candidates")
+    advantages = [row[-1] for row in table["data"]]
+    assert advantages == [0.9352] * 4 + [-0.9352] * 4
+    assert "0.5345" in summary
+
+
+def test_reward_bench_scores_typed_completions(client):
+    rewards = {"headers": ["use", "reward", "weight", "params (JSON)"],
+               "data": [[True, "length_target", 1.0, '{"target": 5}'], [True, "keyword_presence", 2.0,
+                                                                          '{"pattern": "TL;DR"}']]}
+    table, summary = client.predict(rewards, "p", "abcde\n---\nTL;DR: longer text", "", "", True,
+                                    api_name="/score_candidates")
+    assert table["headers"] == ["#", "length_target", "keyword_presence", "total", "advantage"]
+    first, second = table["data"]
+    assert first[1:4] == [0.0, 0.0, 0.0] and second[1:4] == [-13.0, 1.0, -11.0]
+    assert first[-1] > 0 > second[-1]
+
+
+def test_reward_bench_explains_bad_input(client):
+    _, summary = client.predict({"headers": ["use", "reward", "weight", "params (JSON)"],
+                                 "data": [[True, "length_target", 1.0, "{oops"]]},
+                                "", "a\n---\nb", "", "", True, api_name="/score_candidates")
+    assert "not valid JSON" in summary
+
+
+def test_live_view_reads_a_run_from_disk(client):
+    run_dir = runs.new_run_dir("client-view")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=2).to_dict())
+    runs.append_jsonl(run_dir / "metrics.jsonl", {"step": 1, "reward": -4.0, "reward_std": 1.0, "kl": 0.0,
+                                                   "rewards": {"length_target": {"mean": -4.0}}, "elapsed": 5})
+    runs.append_jsonl(run_dir / "groups.jsonl", {"step": 1, "weights": {"length_target": 1.0}, "groups": [
+        {"prompt": "p", "completions": [{"completion": "a", "rewards": {"length_target": -3.0}, "total": -3.0,
+                                         "advantage": 0.7}, {"completion": "b", "rewards": {"length_target": -5.0},
+                                                              "total": -5.0, "advantage": -0.7}]}]})
+    runs.write_status(run_dir, "finished", started_at=1.0, ended_at=6.0)
+    client.predict(None, api_name="/refresh_runs")  # the page load: offers the runs on disk
+    out = client.predict(run_dir.name, 0, api_name="/refresh")
+    progress, _, reward_plot, *_, groups, _, _ = out
+    assert "data-state='finished'" in progress and "step <b class='gs-step'>1</b> / 2" in progress
+    assert "+0.70" in groups and "-0.70" in groups
+    plot = reward_plot.get("value", reward_plot)
+    assert {row[2] for row in plot["data"]} == {"total (weighted)", "length_target"}
+
+
+def test_runs_outside_the_list_are_refused(client):
+    client.predict(None, api_name="/refresh_runs")
+    for bad in ("../../etc", "/etc/passwd", "no-such-run"):
+        with pytest.raises(Exception, match="not in the list of choices"):
+            client.predict(bad, api_name="/stop_training")
+    assert client.predict(None, api_name="/stop_training") == "Pick a run to stop."
+
+
+def test_live_view_before_the_first_step(client):
+    """A run that has started but has no metrics or groups yet still shows its progress (regression)."""
+    run_dir = runs.new_run_dir("client-early")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=5).to_dict())
+    runs.write_status(run_dir, "stopped", started_at=1.0)
+    client.predict(None, api_name="/refresh_runs")
+    progress, *_ = client.predict(run_dir.name, 0, api_name="/refresh")
+    assert "data-state='stopped'" in progress and "/ 5" in progress
