@@ -199,6 +199,12 @@ def load_tokenizer(path: str):
     return tok
 
 
+def count_prompt_tokens(tokenizer, messages: list[dict]) -> int:
+    """Tokens of a chat prompt after the chat template, as the trainer will feed it."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def load_model(model_id: str, device: str | None = None, precision: str = "auto"):
     """(model, tokenizer) ready for generation, with a clear error if either can't be loaded."""
     path = resolve_model(model_id)

@@ -17,7 +17,7 @@ class Check:
 def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]:
     """Config, dataset, model, prompt budget and rewards, in that order; later checks need earlier ones."""
     from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
-    from pipeline.models import ModelError, load_tokenizer, resolve_model
+    from pipeline.models import ModelError, count_prompt_tokens, load_tokenizer, resolve_model
     from pipeline.rewards import build_rewards, score
 
     checks: list[Check] = []
@@ -39,12 +39,14 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
         tokenizer = None
     if tokenizer is not None and train:
         def count(messages):
-            return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+            return count_prompt_tokens(tokenizer, messages)
+
         try:
             check_prompt_budget(train, count, cfg.max_prompt_tokens, cfg.dataset.source)
             longest = max(count(r["prompt"]) for r in train)
-            checks.append(Check("budget", True, f"Longest prompt {longest} tokens + {cfg.max_completion_length} "
-                                                f"completion tokens fit the {cfg.max_prompt_tokens}-token prompt budget."))
+            checks.append(Check("budget", True, f"Longest prompt is {longest} tokens, within the "
+                                                f"{cfg.max_prompt_tokens}-token budget; completions add up to "
+                                                f"{cfg.max_completion_length} more."))
         except DatasetError as exc:
             checks.append(Check("budget", False, str(exc)))
     if not problems and train:

@@ -301,7 +301,9 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM
 
-    from pipeline.models import load_tokenizer, pick_device, resolve_model, resolve_precision, torch_dtype
+    from pipeline.models import (
+        count_prompt_tokens, load_tokenizer, pick_device, resolve_model, resolve_precision, torch_dtype,
+    )
 
     device = pick_device()
     precision = resolve_precision(cfg.precision, device)
@@ -313,10 +315,8 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
     tokenizer = load_tokenizer(path)
     train_rows, eval_rows = load_dataset_split(cfg.dataset, cfg.seed)
 
-    def count_tokens(messages):
-        return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
-
-    check_prompt_budget(train_rows, count_tokens, cfg.max_prompt_tokens, cfg.dataset.source)
+    check_prompt_budget(train_rows, lambda m: count_prompt_tokens(tokenizer, m), cfg.max_prompt_tokens,
+                        cfg.dataset.source)
     log.info("%d training prompts, %d held out for evaluation", len(train_rows), len(eval_rows))
     if main:
         runs.write_json_atomic(run_dir / "eval_prompts.json", eval_rows)

@@ -106,14 +106,14 @@ def preview_dataset(*values, progress=gr.Progress()):
         progress(0.2, desc="Reading prompts")
         rows = load_rows(cfg.dataset)[:3]
         progress(0.5, desc="Loading the tokenizer (the bundled model is converted once, ~30 s)")
-        from pipeline.models import load_tokenizer, resolve_model
+        from pipeline.models import count_prompt_tokens, load_tokenizer, resolve_model
 
         tok = load_tokenizer(resolve_model(cfg.model))
         shown = []
         for i, row in enumerate(rows, 1):
             text = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
             answer = f"\n[reference answer: {row['answer']}]" if "answer" in row else ""
-            shown.append(f"--- prompt {i} ({len(tok(text)['input_ids'])} tokens) ---\n{text}{answer}")
+            shown.append(f"--- prompt {i} ({count_prompt_tokens(tok, row['prompt'])} tokens) ---\n{text}{answer}")
         return "\n\n".join(shown)
     except Exception as exc:  # noqa: BLE001 - show the reason, keep serving
         return f"Can't preview: {exc}"

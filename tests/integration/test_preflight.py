@@ -1,0 +1,40 @@
+"""Pre-flight checks on the bundled model: each problem is caught before anything starts."""
+
+import pytest
+
+from pipeline.config import DatasetSpec, RewardSpec, RunConfig
+from pipeline.preflight import preflight
+
+pytestmark = pytest.mark.slow
+
+
+def by_name(checks):
+    return {c.name: c for c in checks}
+
+
+def test_default_run_passes_every_check(bundled_model_dir):
+    checks = by_name(preflight(RunConfig()))
+    assert set(checks) == {"settings", "dataset", "model", "budget", "rewards"}
+    assert all(c.ok for c in checks.values()), checks
+    assert "length_target=" in checks["rewards"].message
+
+
+def test_each_problem_is_named(bundled_model_dir, tmp_path):
+    bad_file = tmp_path / "qa.csv"
+    bad_file.write_text("question\nhello\n")
+    checks = by_name(preflight(RunConfig(batch_size=6, dataset=DatasetSpec(source="file", path=str(bad_file)))))
+    assert not checks["settings"].ok and "multiple of the group size" in checks["settings"].message
+    assert not checks["dataset"].ok and "no column 'prompt'" in checks["dataset"].message
+
+    checks = by_name(preflight(RunConfig(model="/nowhere/model")))
+    assert not checks["model"].ok and "bundled" in checks["model"].message
+
+    checks = by_name(preflight(RunConfig(max_prompt_tokens=20)))
+    assert not checks["budget"].ok and "20-token budget" in checks["budget"].message
+
+
+def test_a_reward_that_raises_on_a_sample_is_caught(bundled_model_dir):
+    code = "def reward(completions, **kwargs):\n    return [len(c) / 0 for c in completions]\n"
+    checks = by_name(preflight(RunConfig(rewards=[RewardSpec("custom_python", 1.0, {"code": code})]),
+                               allow_custom_rewards=True))
+    assert not checks["rewards"].ok and "ZeroDivisionError" in checks["rewards"].message
