@@ -13,16 +13,20 @@ ROOT = Path(__file__).resolve().parent
 def build_app(allow_custom_rewards: bool = False):
     import gradio as gr
 
-    from ui import reward_bench, train
+    from pipeline.generate import ModelCache
+    from ui import chat, reward_bench, train
 
+    cache = ModelCache(capacity=2)  # shared by Chat (and RAG): at most two models in memory
     with gr.Blocks(title="GRPO Studio") as demo:
         gr.Markdown("# GRPO Studio\nFine-tune a small model with GRPO and watch why it moves: every group, "
                     "every reward, every advantage.")
         with gr.Tabs():
             refresh_runs, run_select, outputs = train.build(allow_custom_rewards)
             reward_bench.build(allow_custom_rewards)
+            load_chat_choices, chat_models = chat.build(cache)
         # A reload (or a restarted app) finds the active or latest run again, read from disk.
         demo.load(refresh_runs, run_select, outputs)
+        demo.load(load_chat_choices, chat_models, chat_models)
     return demo
 
 

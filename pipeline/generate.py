@@ -1,6 +1,19 @@
-"""Text generation helpers shared by evaluation, chat and RAG."""
+"""Text generation shared by evaluation, the Chat tab and the RAG tab: batched completions, one
+streaming helper, and a small cache of loaded models (at most two at once)."""
 
 from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from pipeline import runs
+
+RUN_PREFIX = "run:"
+CKPT_PREFIX = "ckpt:"
 
 
 def generate_batch(model, tokenizer, prompts: list[list[dict]], max_new_tokens: int = 64,
@@ -14,13 +27,172 @@ def generate_batch(model, tokenizer, prompts: list[list[dict]], max_new_tokens: 
         chunk = prompts[start:start + batch_size]
         enc = tokenizer.apply_chat_template(chunk, add_generation_prompt=True, return_tensors="pt",
                                             return_dict=True, padding=True).to(model.device)
-        kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-        if temperature > 0:
-            kwargs.update(do_sample=True, temperature=temperature, top_p=top_p)
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         with torch.inference_mode():
-            ids = model.generate(**enc, **kwargs)
+            ids = model.generate(**enc, **_sampling(tokenizer, max_new_tokens, temperature, top_p))
         new = ids[:, enc["input_ids"].shape[1]:]
         out.extend(tokenizer.batch_decode(new, skip_special_tokens=True))
     return out
+
+
+def _sampling(tokenizer, max_new_tokens: int, temperature: float, top_p: float) -> dict:
+    kwargs = dict(max_new_tokens=int(max_new_tokens), pad_token_id=tokenizer.pad_token_id)
+    if temperature and temperature > 0:
+        kwargs.update(do_sample=True, temperature=float(temperature), top_p=float(top_p))
+    else:
+        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    return kwargs
+
+
+@dataclass
+class StreamStats:
+    first_token_s: float | None = None
+    tokens: int = 0
+    seconds: float = 0.0
+
+
+def stream_chat(model, tokenizer, messages: list[dict], max_new_tokens: int = 128, temperature: float = 0.7,
+                top_p: float = 0.95, stop: threading.Event | None = None,
+                stats: StreamStats | None = None) -> Iterator[str]:
+    """Yield the reply so far after each new piece of text. Setting `stop` ends generation early."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+
+    stop = stop or threading.Event()
+    stats = stats if stats is not None else StreamStats()
+
+    class _Stop(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            stats.tokens += 1
+            return stop.is_set()
+
+    enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                        return_dict=True).to(model.device)
+    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=300)
+    kwargs = dict(**enc, streamer=streamer, stopping_criteria=StoppingCriteriaList([_Stop()]),
+                  **_sampling(tokenizer, max_new_tokens, temperature, top_p))
+    errors: list[BaseException] = []
+
+    def work():
+        try:
+            with torch.inference_mode():
+                model.generate(**kwargs)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+            streamer.end()
+
+    start = time.perf_counter()
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    text = ""
+    try:
+        for piece in streamer:
+            if piece:
+                if stats.first_token_s is None:
+                    stats.first_token_s = time.perf_counter() - start
+                text += piece
+                yield text
+    finally:
+        stop.set()  # the caller went away (Stop button, closed page): end generation too
+        thread.join(timeout=30)
+        stats.seconds = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+
+
+# ---- chat model choices ------------------------------------------------------------------------
+
+
+def chat_choices() -> list[tuple[str, str]]:
+    """(label, value) for every model one can chat with: finished runs, their checkpoints, the catalog."""
+    from pipeline.models import catalog_choices
+
+    out: list[tuple[str, str]] = []
+    for run_dir in runs.iter_run_dirs():
+        if (run_dir / "merged" / "config.json").exists():
+            out.append((f"{run_dir.name} (tuned, final)", RUN_PREFIX + run_dir.name))
+        for ckpt in runs.checkpoints(run_dir):
+            step = runs.checkpoint_step(ckpt)
+            out.append((f"{run_dir.name} @ step {step}", f"{CKPT_PREFIX}{run_dir.name}:{step}"))
+    return out + [(f"{label} (base)", value) for label, value in catalog_choices()]
+
+
+class ChatModelError(RuntimeError):
+    """A chat model that can't be used; the message says why."""
+
+
+def run_for_choice(choice: str) -> Path | None:
+    """The run directory behind a run/checkpoint choice (validated: only existing runs)."""
+    if choice.startswith(RUN_PREFIX):
+        name = choice[len(RUN_PREFIX):]
+    elif choice.startswith(CKPT_PREFIX):
+        name = choice[len(CKPT_PREFIX):].rsplit(":", 1)[0]
+    else:
+        return None
+    path = (runs.runs_dir() / name).resolve()
+    if path.parent != runs.runs_dir() or not (path / "config.json").exists():
+        raise ChatModelError(f"There is no run named '{name}'.")
+    return path
+
+
+def _load_choice(choice: str):
+    from pipeline.models import ModelError, load_model
+
+    run_dir = run_for_choice(choice)
+    try:
+        if run_dir is None:
+            return load_model(choice)
+        if choice.startswith(RUN_PREFIX):
+            merged = run_dir / "merged"
+            if not (merged / "config.json").exists():
+                state = runs.read_status(run_dir).get("state")
+                raise ChatModelError(f"Run '{run_dir.name}' has no merged model yet (it is {state}). Pick one of "
+                                     "its checkpoints, or wait until it finishes.")
+            return load_model(str(merged))
+        step = choice.rsplit(":", 1)[1]
+        ckpt = run_dir / f"checkpoint-{step}"
+        if not (ckpt / runs.CHECKPOINT_MARKER).exists():
+            raise ChatModelError(f"Checkpoint {step} of '{run_dir.name}' is missing or incomplete.")
+        import json
+
+        from peft import PeftModel
+
+        base_id = json.loads((run_dir / "config.json").read_text())["model"]
+        base, tokenizer = load_model(base_id)
+        return PeftModel.from_pretrained(base, ckpt).merge_and_unload().eval(), tokenizer
+    except ModelError as exc:
+        raise ChatModelError(str(exc)) from None
+
+
+class ModelCache:
+    """Loaded (model, tokenizer) pairs, least recently used first out; bounded so memory stays flat.
+
+    One instance serves the whole app (Chat and RAG tabs), created by the app, not at import time.
+    """
+
+    def __init__(self, capacity: int = 2):
+        self.capacity = capacity
+        self._items: OrderedDict[str, tuple] = OrderedDict()
+        self._lock = threading.Lock()
+        self.loads = 0
+
+    def get(self, choice: str):
+        with self._lock:
+            # transformers resolves its lazy attributes on first use; two threads doing that at once can
+            # see a half-initialised module ("cannot import name AutoModelForCausalLM"), so import here first.
+            from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
+            if choice in self._items:
+                self._items.move_to_end(choice)
+                return self._items[choice]
+        item = _load_choice(choice)  # outside the lock: loading can take seconds
+        with self._lock:
+            self.loads += 1
+            self._items[choice] = item
+            self._items.move_to_end(choice)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return item
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._items)

@@ -1,0 +1,47 @@
+"""Chat in the browser: a reply streams in, side by side shows two replies, a reply gets scored."""
+
+import re
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from .conftest import ARTIFACTS
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def test_stream_side_by_side_and_score(page, app_url):
+    page.goto(app_url)
+    page.get_by_role("tab", name="Chat").click()
+    expect(page.locator("#chat-model-a input")).not_to_have_value("", timeout=30_000)
+    page.locator("#chat-side input").check()
+    expect(page.locator("#chat-b")).to_be_visible()
+    page.locator("#chat-input textarea").fill("Explain in two sentences why bread dough rises.")
+    page.locator("#chat-send").click()
+
+    # Streaming: the reply in A is seen at several growing lengths before it is complete.
+    bot = page.locator("#chat-a .message.bot, #chat-a [data-testid=bot]").last
+    expect(bot).to_be_visible(timeout=120_000)
+    lengths = []
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        text = bot.inner_text().strip()
+        if text and (not lengths or len(text) != lengths[-1]):
+            lengths.append(len(text))
+        if len(lengths) >= 3:
+            break
+        time.sleep(0.1)
+    assert len(lengths) >= 3 and lengths == sorted(lengths), lengths
+    page.screenshot(path=str(ARTIFACTS / "chat-01-streaming.png"), full_page=True)
+
+    bot_b = page.locator("#chat-b .message.bot, #chat-b [data-testid=bot]").last
+    expect(bot_b).to_have_text(re.compile(r"\w{3}"), timeout=180_000)
+    time.sleep(8)  # let both replies finish (96 tokens at most)
+    page.locator("#chat-score").click()
+    scores = page.locator("#chat-scores")
+    expect(scores).to_contain_text("A (", timeout=30_000)
+    expect(scores).to_contain_text("B (")
+    expect(scores).to_contain_text("length_target")
+    expect(scores).to_contain_text("weighted total")
+    page.screenshot(path=str(ARTIFACTS / "chat-02-scored.png"), full_page=True)

@@ -1,0 +1,252 @@
+"""Chat tab: talk to a tuned model (final or any checkpoint) or a base model, streamed; compare two
+models side by side; score replies with the run's rewards; export a run."""
+
+from __future__ import annotations
+
+import json
+import queue
+import shutil
+import threading
+from pathlib import Path
+
+import gradio as gr
+
+from pipeline import runs
+from pipeline.config import BUNDLED_MODEL_ID, RunConfig
+from pipeline.generate import ChatModelError, ModelCache, chat_choices, run_for_choice, stream_chat
+from pipeline.rewards import build_rewards, score
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+EXAMPLES = json.loads((ASSETS / "prompts" / "chat_examples.json").read_text(encoding="utf-8"))
+
+
+def default_choice() -> str:
+    """The newest finished run if there is one, else the bundled base model."""
+    for _, value in chat_choices():
+        if value.startswith("run:"):
+            return value
+    return BUNDLED_MODEL_ID
+
+
+def rewards_for(choice: str) -> tuple[list, str]:
+    """The reward specs a reply is scored with: the run's own, or the default pair for base models."""
+    try:
+        run_dir = run_for_choice(choice)
+    except ChatModelError:
+        run_dir = None
+    if run_dir is not None:
+        return RunConfig.load(run_dir / "config.json").rewards, f"rewards of {run_dir.name}"
+    return RunConfig().rewards, "default rewards (length_target + token_diversity)"
+
+
+def content_text(content) -> str:
+    """Text of a Chatbot message: Gradio 6 sends content back as a list of {"type": "text", "text": ...}."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
+    if isinstance(content, dict):
+        return str(content.get("text", ""))
+    return ""
+
+
+def _messages(history: list[dict], system: str) -> list[dict]:
+    msgs = [{"role": "system", "content": system}] if (system or "").strip() else []
+    return msgs + [{"role": m["role"], "content": content_text(m.get("content"))} for m in history
+                   if m.get("role") in ("user", "assistant") and content_text(m.get("content"))]
+
+
+def make_handlers(cache: ModelCache):
+    def respond(message, hist_a, hist_b, choice_a, choice_b, side_by_side, system, max_tokens, temperature, top_p):
+        """Stream one or two replies; both histories live in this browser session only."""
+        message = (message or "").strip()
+        if not message:
+            yield hist_a, hist_b, gr.skip()
+            return
+        targets = [("a", choice_a, list(hist_a or []))]
+        if side_by_side:
+            targets.append(("b", choice_b, list(hist_b or [])))
+        histories = {"a": list(hist_a or []), "b": list(hist_b or [])}
+        for key, _, hist in targets:
+            histories[key] = hist + [{"role": "user", "content": message}, {"role": "assistant", "content": ""}]
+        yield histories["a"], histories["b"], ""
+
+        updates: queue.Queue = queue.Queue()
+        stop = threading.Event()
+
+        def run(key: str, choice: str, hist: list[dict]):
+            try:
+                model, tok = cache.get(choice)
+                msgs = _messages(hist + [{"role": "user", "content": message}], system)
+                for text in stream_chat(model, tok, msgs, max_new_tokens=int(max_tokens),
+                                        temperature=float(temperature), top_p=float(top_p), stop=stop):
+                    updates.put((key, text))
+            except ChatModelError as exc:
+                updates.put((key, f"⚠️ {exc}"))
+            except Exception as exc:  # noqa: BLE001 - shown in the chat, never a stack trace
+                updates.put((key, f"⚠️ Generation failed: {type(exc).__name__}: {exc}"))
+            finally:
+                updates.put((key, None))
+
+        threads = [threading.Thread(target=run, args=t, daemon=True) for t in targets]
+        for t in threads:
+            t.start()
+        pending = len(threads)
+        try:
+            while pending:
+                key, text = updates.get()
+                if text is None:
+                    pending -= 1
+                    continue
+                histories[key][-1] = {"role": "assistant", "content": text}
+                yield histories["a"], histories["b"], gr.skip()
+        finally:
+            stop.set()  # Stop pressed or page closed: end both generations
+
+    def score_replies(hist_a, hist_b, choice_a, choice_b, side_by_side):
+        rows = []
+        for label, hist, choice in (("A", hist_a, choice_a), ("B", hist_b, choice_b)):
+            if label == "B" and not side_by_side:
+                continue
+            replies = [content_text(m.get("content")) for m in (hist or []) if m.get("role") == "assistant"]
+            replies = [r for r in replies if r and not r.startswith("⚠️")]
+            if not replies:
+                continue
+            specs, source = rewards_for(choice)
+            funcs, weights = build_rewards(specs, policy="skip")
+            result = score(funcs, weights, [replies[-1]])
+            scores = ", ".join(f"{name} = {vals[0]:.3g}" if vals[0] is not None else f"{name} = -"
+                               for name, vals in result["per_reward"].items())
+            total = result["total"][0]
+            rows.append(f"**{label}** ({source}): {scores}; weighted total **{total:.3g}**"
+                        if total is not None else f"**{label}**: could not be scored")
+        return "\n\n".join(rows) or "Nothing to score yet: send a message first."
+
+    return respond, score_replies
+
+
+# ---- export ------------------------------------------------------------------------------------
+
+
+def export_run(choice: str, progress=gr.Progress()):
+    """Zip the merged model and the adapter under <data>/exports and show how to load them."""
+    try:
+        run_dir = run_for_choice(choice)
+    except ChatModelError as exc:
+        return None, f"⚠️ {exc}", ""
+    if run_dir is None or not (run_dir / "merged" / "config.json").exists():
+        return None, "Pick a finished run (\"… (tuned, final)\") to export.", ""
+    out = runs.data_dir() / "exports"
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for part in ("merged", "adapter"):
+        progress(0.2 if part == "merged" else 0.8, desc=f"Zipping {part}/")
+        base = out / f"{run_dir.name}-{part}"
+        files.append(shutil.make_archive(str(base), "zip", root_dir=run_dir / part))
+    snippet = (
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+        f"path = \"{run_dir.name}-merged\"  # the unzipped merged folder\n"
+        "model = AutoModelForCausalLM.from_pretrained(path)\n"
+        "tokenizer = AutoTokenizer.from_pretrained(path)\n"
+        "messages = [{\"role\": \"user\", \"content\": \"Summarize: ...\"}]\n"
+        "inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors=\"pt\", "
+        "return_dict=True)\n"
+        "out = model.generate(**inputs, max_new_tokens=64)\n"
+        "print(tokenizer.decode(out[0][inputs[\"input_ids\"].shape[1]:], skip_special_tokens=True))\n\n"
+        "# or the adapter on top of the base model:\n"
+        "# from peft import PeftModel\n"
+        f"# model = PeftModel.from_pretrained(base_model, \"{run_dir.name}-adapter\")\n"
+    )
+    return files, f"Exported **{run_dir.name}**: merged model and adapter.", snippet
+
+
+def push_to_hub(choice: str, repo_id: str, token: str):
+    from pipeline.hub import HubUnreachable, require_hub
+
+    try:
+        run_dir = run_for_choice(choice)
+    except ChatModelError as exc:
+        return f"⚠️ {exc}"
+    if run_dir is None or not (run_dir / "merged" / "config.json").exists():
+        return "Pick a finished run to push."
+    if not (repo_id or "").strip() or "/" not in repo_id:
+        return "Enter a repository id like `your-name/my-grpo-model`."
+    if not (token or "").strip():
+        return "Enter a Hugging Face access token with write permission."
+    try:
+        require_hub(f"repository '{repo_id}'", "Export the zip instead and upload it from a connected machine.")
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token.strip())
+        api.create_repo(repo_id.strip(), exist_ok=True)
+        api.upload_folder(folder_path=str(run_dir / "merged"), repo_id=repo_id.strip())
+    except HubUnreachable as exc:
+        return f"⚠️ {exc}"
+    except Exception as exc:  # noqa: BLE001 - auth errors, permission, network drop
+        return f"⚠️ Push failed: {exc}"
+    return f"Pushed to https://huggingface.co/{repo_id.strip()}"
+
+
+# ---- layout ------------------------------------------------------------------------------------
+
+
+def build(cache: ModelCache) -> None:
+    respond, score_replies = make_handlers(cache)
+    with gr.Tab("Chat", id="chat"):
+        gr.Markdown("Talk to a tuned model, a checkpoint, or a base model. Tick *side by side* to send each "
+                    "message to two models at once and see what GRPO changed.")
+        with gr.Row():
+            choice_a = gr.Dropdown(label="Model A", choices=[], elem_id="chat-model-a", scale=3)
+            side_by_side = gr.Checkbox(label="Side by side", value=False, elem_id="chat-side", scale=1)
+            choice_b = gr.Dropdown(label="Model B", choices=[], visible=False, elem_id="chat-model-b", scale=3)
+            refresh = gr.Button("↻ models", size="sm", scale=0)
+        with gr.Row():
+            chat_a = gr.Chatbot(label="A", height=420, elem_id="chat-a")
+            chat_b = gr.Chatbot(label="B", height=420, visible=False, elem_id="chat-b")
+        with gr.Row():
+            box = gr.Textbox(placeholder="Ask something, or pick an example below", show_label=False, scale=6,
+                             elem_id="chat-input")
+            send = gr.Button("Send", variant="primary", scale=1, elem_id="chat-send")
+            stop = gr.Button("Stop", scale=1, elem_id="chat-stop")
+            clear = gr.Button("Clear", scale=1)
+        gr.Examples([[e] for e in EXAMPLES], inputs=box, label="Example prompts")
+        with gr.Row():
+            score_btn = gr.Button("Score last replies with the run's rewards", elem_id="chat-score")
+        scores = gr.Markdown(elem_id="chat-scores")
+        with gr.Accordion("Generation settings", open=False):
+            system = gr.Textbox(label="System prompt", placeholder="Optional")
+            with gr.Row():
+                max_tokens = gr.Slider(8, 512, value=96, step=8, label="Max new tokens")
+                temperature = gr.Slider(0, 1.5, value=0.7, step=0.05, label="Temperature (0 = greedy)")
+                top_p = gr.Slider(0.1, 1.0, value=0.95, step=0.05, label="Top-p")
+        with gr.Accordion("Export a run", open=False):
+            with gr.Row():
+                export_btn = gr.Button("Zip merged model + adapter of model A")
+            export_files = gr.File(label="Downloads", file_count="multiple", interactive=False)
+            export_msg = gr.Markdown()
+            snippet = gr.Code(label="Load it with transformers", language="python")
+            with gr.Row():
+                repo = gr.Textbox(label="Hub repo id", placeholder="your-name/my-grpo-model")
+                token = gr.Textbox(label="Hub token", type="password")
+                push = gr.Button("Push to hub")
+            push_msg = gr.Markdown()
+
+    def load_choices(a, b):
+        choices = chat_choices()
+        values = [v for _, v in choices]
+        a = a if a in values else default_choice()
+        b = b if b in values else BUNDLED_MODEL_ID
+        return gr.Dropdown(choices=choices, value=a), gr.Dropdown(choices=choices, value=b)
+
+    inputs = [box, chat_a, chat_b, choice_a, choice_b, side_by_side, system, max_tokens, temperature, top_p]
+    send_event = send.click(respond, inputs, [chat_a, chat_b, box], concurrency_id="model", concurrency_limit=2)
+    submit_event = box.submit(respond, inputs, [chat_a, chat_b, box], concurrency_id="model", concurrency_limit=2)
+    stop.click(None, None, None, cancels=[send_event, submit_event])
+    clear.click(lambda: ([], [], ""), None, [chat_a, chat_b, scores])
+    side_by_side.change(lambda on: (gr.Dropdown(visible=on), gr.Chatbot(visible=on)), side_by_side,
+                        [choice_b, chat_b])
+    refresh.click(load_choices, [choice_a, choice_b], [choice_a, choice_b])
+    score_btn.click(score_replies, [chat_a, chat_b, choice_a, choice_b, side_by_side], scores)
+    export_btn.click(export_run, choice_a, [export_files, export_msg, snippet])
+    push.click(push_to_hub, [choice_a, repo, token], push_msg)
+    return load_choices, [choice_a, choice_b]
