@@ -50,32 +50,41 @@ class StreamStats:
     seconds: float = 0.0
 
 
+class _StopGeneration(Exception):
+    """Raised inside generate() (from the streamer) to end a reply early."""
+
+
 def stream_chat(model, tokenizer, messages: list[dict], max_new_tokens: int = 128, temperature: float = 0.7,
                 top_p: float = 0.95, stop: threading.Event | None = None,
                 stats: StreamStats | None = None) -> Iterator[str]:
     """Yield the reply so far after each new piece of text. Setting `stop` ends generation early."""
     import torch
-    from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+    from transformers import TextIteratorStreamer
 
     stop = stop or threading.Event()
     stats = stats if stats is not None else StreamStats()
 
-    class _Stop(StoppingCriteria):
-        def __call__(self, input_ids, scores, **kwargs):
+    class Streamer(TextIteratorStreamer):
+        # Stopping from the streamer instead of a StoppingCriteria: generate() calls put() once per token
+        # anyway, and a custom criterion measurably slowed small-model decoding on CPU.
+        def put(self, value):
+            if stop.is_set():
+                raise _StopGeneration
             stats.tokens += 1
-            return stop.is_set()
+            super().put(value)
 
     enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                         return_dict=True).to(model.device)
-    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=300)
-    kwargs = dict(**enc, streamer=streamer, stopping_criteria=StoppingCriteriaList([_Stop()]),
-                  **_sampling(tokenizer, max_new_tokens, temperature, top_p))
+    streamer = Streamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=300)
+    kwargs = dict(**enc, streamer=streamer, **_sampling(tokenizer, max_new_tokens, temperature, top_p))
     errors: list[BaseException] = []
 
     def work():
         try:
             with torch.inference_mode():
                 model.generate(**kwargs)
+        except _StopGeneration:
+            streamer.end()
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(exc)
             streamer.end()
@@ -173,24 +182,34 @@ class ModelCache:
         self.capacity = capacity
         self._items: OrderedDict[str, tuple] = OrderedDict()
         self._lock = threading.Lock()
+        self._load_lock = threading.Lock()
         self.loads = 0
 
     def get(self, choice: str):
         with self._lock:
-            # transformers resolves its lazy attributes on first use; two threads doing that at once can
-            # see a half-initialised module ("cannot import name AutoModelForCausalLM"), so import here first.
-            from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
-
             if choice in self._items:
                 self._items.move_to_end(choice)
                 return self._items[choice]
-        item = _load_choice(choice)  # outside the lock: loading can take seconds
-        with self._lock:
-            self.loads += 1
-            self._items[choice] = item
-            self._items.move_to_end(choice)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+        # One load at a time: from_pretrained's meta-device initialisation is process-global and two
+        # concurrent loads corrupt each other ("Cannot copy out of meta tensor"); it also avoids
+        # loading the same model twice when two sessions ask for it together.
+        with self._load_lock:
+            # transformers resolves attributes lazily; two threads doing it at once can see a half-built
+            # module ("cannot import name ..."), so resolve everything generation needs here, once.
+            from transformers import (  # noqa: F401
+                AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer,
+            )
+
+            with self._lock:
+                if choice in self._items:
+                    self._items.move_to_end(choice)
+                    return self._items[choice]
+            item = _load_choice(choice)
+            with self._lock:
+                self.loads += 1
+                self._items[choice] = item
+                while len(self._items) > self.capacity:
+                    self._items.popitem(last=False)
         return item
 
     def keys(self) -> list[str]:

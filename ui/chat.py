@@ -196,9 +196,12 @@ def build(cache: ModelCache) -> None:
         gr.Markdown("Talk to a tuned model, a checkpoint, or a base model. Tick *side by side* to send each "
                     "message to two models at once and see what GRPO changed.")
         with gr.Row():
-            choice_a = gr.Dropdown(label="Model A", choices=[], elem_id="chat-model-a", scale=3)
+            # Filled again on every page load; the start-up list makes the API usable without a page.
+            choice_a = gr.Dropdown(label="Model A", choices=chat_choices(), value=default_choice(),
+                                   elem_id="chat-model-a", scale=3)
             side_by_side = gr.Checkbox(label="Side by side", value=False, elem_id="chat-side", scale=1)
-            choice_b = gr.Dropdown(label="Model B", choices=[], visible=False, elem_id="chat-model-b", scale=3)
+            choice_b = gr.Dropdown(label="Model B", choices=chat_choices(), value=BUNDLED_MODEL_ID, visible=False,
+                                   elem_id="chat-model-b", scale=3)
             refresh = gr.Button("↻ models", size="sm", scale=0)
         with gr.Row():
             chat_a = gr.Chatbot(label="A", height=420, elem_id="chat-a")
@@ -239,8 +242,8 @@ def build(cache: ModelCache) -> None:
         return gr.Dropdown(choices=choices, value=a), gr.Dropdown(choices=choices, value=b)
 
     inputs = [box, chat_a, chat_b, choice_a, choice_b, side_by_side, system, max_tokens, temperature, top_p]
-    send_event = send.click(respond, inputs, [chat_a, chat_b, box], concurrency_id="model", concurrency_limit=2)
-    submit_event = box.submit(respond, inputs, [chat_a, chat_b, box], concurrency_id="model", concurrency_limit=2)
+    send_event = send.click(respond, inputs, [chat_a, chat_b, box], concurrency_id="chat", concurrency_limit=2)
+    submit_event = box.submit(respond, inputs, [chat_a, chat_b, box], concurrency_id="chat", concurrency_limit=2)
     stop.click(None, None, None, cancels=[send_event, submit_event])
     clear.click(lambda: ([], [], ""), None, [chat_a, chat_b, scores])
     side_by_side.change(lambda on: (gr.Dropdown(visible=on), gr.Chatbot(visible=on)), side_by_side,

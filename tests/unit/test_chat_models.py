@@ -56,3 +56,44 @@ def test_chatbot_content_formats():
     assert content_text("hi") == "hi"
     assert content_text([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]) == "ab"
     assert content_text(None) == ""
+
+
+def test_export_zips_merged_and_adapter_and_push_fails_clearly_offline(monkeypatch):
+    import zipfile
+
+    from ui.chat import export_run, push_to_hub
+
+    run_dir = _run("zz-export", merged=True, state="finished")
+    (run_dir / "adapter").mkdir()
+    (run_dir / "adapter" / "adapter_config.json").write_text("{}")
+    files, message, snippet = export_run("run:zz-export", progress=lambda *a, **k: None)
+    assert "Exported" in message and "AutoModelForCausalLM.from_pretrained" in snippet
+    names = [zipfile.ZipFile(f).namelist() for f in files]
+    assert "config.json" in names[0] and "adapter_config.json" in names[1]
+    assert all(str(runs.data_dir()) in f for f in files)
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "Can't reach the Hugging Face Hub" in push_to_hub("run:zz-export", "me/model", "hf_x")
+    assert "repository id" in push_to_hub("run:zz-export", "no-slash", "hf_x")
+    assert "finished run" in push_to_hub("bundled/SmolLM2-135M-Instruct", "me/model", "hf_x")
+
+
+def test_concurrent_requests_for_one_model_load_it_once(monkeypatch):
+    import threading
+    import time
+
+    calls = []
+
+    def slow_load(choice):
+        calls.append(choice)
+        time.sleep(0.2)
+        return ("m", "t")
+
+    monkeypatch.setattr(generate, "_load_choice", slow_load)
+    cache = ModelCache()
+    threads = [threading.Thread(target=cache.get, args=("same",)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == ["same"]
