@@ -290,6 +290,3 @@ def load_dataset_split(spec: DatasetSpec, seed: int) -> tuple[list[dict], list[d
         raise DatasetError(f"{spec.source}: nothing left to train on after holding out the eval split.")
     return train, held
 
-
-def preview_rows(spec: DatasetSpec, n: int = 5) -> list[dict]:
-    return load_rows(spec)[:n]

@@ -57,13 +57,6 @@ def catalog_choices() -> list[tuple[str, str]]:
     return [(e.label, e.id) for e in CATALOG]
 
 
-def label_for(model_id: str) -> str:
-    for e in CATALOG:
-        if e.id == model_id:
-            return e.label
-    return model_id
-
-
 # ---- bundled model -----------------------------------------------------------------------------
 
 

@@ -303,10 +303,14 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
 
     from pipeline.models import (
         count_prompt_tokens, load_tokenizer, pick_device, resolve_model, resolve_precision, torch_dtype,
+        vllm_available,
     )
 
     device = pick_device()
     precision = resolve_precision(cfg.precision, device)
+    if cfg.use_vllm and (device != "cuda" or not vllm_available()):
+        raise ConfigError("use_vllm needs a CUDA GPU and the vllm package (pip install vllm); turn it off to "
+                          "generate with transformers.")
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("WORLD_SIZE", "1"))))
     log.info("Device %s, precision %s, model %s, world size %s", device, precision, cfg.model,
              os.environ.get("WORLD_SIZE", "1"))

@@ -89,3 +89,10 @@ def test_skip_policy_keeps_training_and_records_warnings(bundled_model_dir):
     assert row["warnings"] and "custom_python" in row["warnings"][0]
     first = runs.read_groups(run_dir)[0]["groups"][0]["completions"][0]
     assert first["rewards"]["custom_python"] is None and first["total"] is not None
+
+
+def test_vllm_without_a_gpu_fails_with_a_clear_message(bundled_model_dir):
+    run_dir = make_run("vllm", use_vllm=True)
+    proc = run(run_dir)
+    assert proc.returncode == 1
+    assert "use_vllm needs a CUDA GPU and the vllm package" in status(run_dir)["error"]
