@@ -143,7 +143,9 @@ def show_command(allow_custom: bool, *values):
                                                          python=".venv/bin/python"))
     multi = runner.command_preview(runner.train_command(placeholder, nproc=2, allow_custom_rewards=allow_custom,
                                                         python=".venv/bin/python"))
-    return (f"# 1. save this as {placeholder}/config.json\n# 2. run it headless:\n{single}\n"
+    summary = (f"# {cfg.max_steps} steps, G={cfg.num_generations}, {cfg.max_completion_length} completion tokens, "
+               f"rewards: {', '.join(r.name for r in cfg.rewards) or 'none'}")
+    return (f"{summary}\n# 1. save this as {placeholder}/config.json\n# 2. run it headless:\n{single}\n"
             f"# ...or on 2 processes / GPUs:\n{multi}\n\n# config.json\n{cfg.to_json()}")
 
 
@@ -321,7 +323,8 @@ def build(allow_custom: bool = False) -> None:
                     cmd_btn = gr.Button("Show command")
                     start_btn = gr.Button("Start", variant="primary", elem_id="start-btn")
                 message = gr.Markdown(elem_id="train-message")
-                command = gr.Code(label="Equivalent command and config", language="shell", visible=True, lines=6)
+                command = gr.Code(label="Equivalent command and config", language="shell", visible=True, lines=6,
+                                  elem_id="train-command")
 
             with gr.Column(scale=3, min_width=520):
                 with gr.Row():
