@@ -69,3 +69,10 @@ def page(browser):
     pg = context.new_page()
     yield pg
     context.close()
+    # A trainer runs in its own session and outlives a failed test: stop it so it cannot slow or
+    # block the tests after it.
+    from pipeline import runner
+
+    active = runner.active_run()
+    if active is not None:
+        runner.stop_run(active, grace_s=120)
