@@ -14,9 +14,11 @@ def build_app(allow_custom_rewards: bool = False):
     import gradio as gr
 
     from pipeline.generate import ModelCache
-    from ui import chat, reward_bench, train
+    from retrieval.store import MovieStore
+    from ui import chat, rag, reward_bench, train
 
-    cache = ModelCache(capacity=2)  # shared by Chat (and RAG): at most two models in memory
+    cache = ModelCache(capacity=2)  # shared by Chat and RAG: at most two models in memory
+    store = MovieStore()  # the movie-plot table under <data>/lancedb, shared by every session
     with gr.Blocks(title="GRPO Studio") as demo:
         gr.Markdown("# GRPO Studio\nFine-tune a small model with GRPO and watch why it moves: every group, "
                     "every reward, every advantage.")
@@ -24,9 +26,11 @@ def build_app(allow_custom_rewards: bool = False):
             refresh_runs, run_select, outputs = train.build(allow_custom_rewards)
             reward_bench.build(allow_custom_rewards)
             load_chat_choices, chat_models = chat.build(cache)
+            load_rag, rag_inputs, rag_outputs = rag.build(cache, store)
         # A reload (or a restarted app) finds the active or latest run again, read from disk.
         demo.load(refresh_runs, run_select, outputs)
         demo.load(load_chat_choices, chat_models, chat_models)
+        demo.load(load_rag, rag_inputs, rag_outputs)
     return demo
 
 

@@ -34,8 +34,11 @@ def generate_batch(model, tokenizer, prompts: list[list[dict]], max_new_tokens: 
     return out
 
 
-def _sampling(tokenizer, max_new_tokens: int, temperature: float, top_p: float) -> dict:
+def _sampling(tokenizer, max_new_tokens: int, temperature: float, top_p: float,
+              repetition_penalty: float = 1.0) -> dict:
     kwargs = dict(max_new_tokens=int(max_new_tokens), pad_token_id=tokenizer.pad_token_id)
+    if repetition_penalty and repetition_penalty != 1.0:
+        kwargs["repetition_penalty"] = float(repetition_penalty)
     if temperature and temperature > 0:
         kwargs.update(do_sample=True, temperature=float(temperature), top_p=float(top_p))
     else:
@@ -56,7 +59,7 @@ class _StopGeneration(Exception):
 
 def stream_chat(model, tokenizer, messages: list[dict], max_new_tokens: int = 128, temperature: float = 0.7,
                 top_p: float = 0.95, stop: threading.Event | None = None,
-                stats: StreamStats | None = None) -> Iterator[str]:
+                stats: StreamStats | None = None, repetition_penalty: float = 1.0) -> Iterator[str]:
     """Yield the reply so far after each new piece of text. Setting `stop` ends generation early."""
     import torch
     from transformers import TextIteratorStreamer
@@ -76,7 +79,8 @@ def stream_chat(model, tokenizer, messages: list[dict], max_new_tokens: int = 12
     enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                         return_dict=True).to(model.device)
     streamer = Streamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=300)
-    kwargs = dict(**enc, streamer=streamer, **_sampling(tokenizer, max_new_tokens, temperature, top_p))
+    kwargs = dict(**enc, streamer=streamer, **_sampling(tokenizer, max_new_tokens, temperature, top_p,
+                                                                      repetition_penalty))
     errors: list[BaseException] = []
 
     def work():

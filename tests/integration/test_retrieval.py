@@ -1,0 +1,144 @@
+"""The movie store on a temporary LanceDB database with the bundled embedder: build, prefiltered search,
+idempotent upserts, embedder changes, hybrid search, answers from the bundled model."""
+
+import pytest
+
+from retrieval import movies
+from retrieval.search import SearchError, SearchFilters, search
+from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError, bundled_embedder_dir
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    s = MovieStore(tmp_path_factory.mktemp("lancedb"))
+    seen = []
+    report = s.upsert(movies.load_bundled(), progress=lambda done, total, what: seen.append((done, total)))
+    s.build_report, s.progress_seen = report, seen
+    return s
+
+
+def test_build_embeds_every_bundled_film_with_progress(store):
+    n = len(movies.load_bundled())
+    assert store.build_report.inserted == n and store.build_report.rows == n
+    assert store.progress_seen[0] == (0, n) and store.progress_seen[-1] == (n, n)
+    assert len(store.progress_seen) > 3  # moves during the build, not only at the end
+    info = store.info()
+    assert info.rows == n and info.embedder == BUNDLED_EMBEDDER and info.dims == 384
+    assert (info.year_min, info.year_max) == (1920, 2024) and "Science Fiction" in info.genres
+    # The schema records the embedder through LanceDB's registry, by its portable name.
+    meta = store.table().schema.metadata[b"embedding_functions"].decode()
+    assert "studio-sentence-transformers" in meta and BUNDLED_EMBEDDER in meta and "site-packages" not in meta
+
+
+def test_prefiltered_search_stays_inside_the_year_range(store):
+    info = store.info()
+    for low, high in ((None, 1989), (1990, 1999), (2015, None)):
+        f = SearchFilters.parse(low, high, top_k=20, known_genres=info.genres)
+        hits = search(store.table(), "the protagonist turns out to be the bad guy", f)
+        assert len(hits) == 20
+        assert all((low is None or h.release_year >= low) and (high is None or h.release_year <= high) for h in hits)
+        assert [h.distance for h in hits] == sorted(h.distance for h in hits)
+
+
+def test_prefilter_is_applied_before_the_search(store):
+    # A narrow filter still fills top-k from inside it (a post-filter on the global top-k would come back short).
+    info = store.info()
+    f = SearchFilters.parse(1920, 1929, ["Comedy"], top_k=50, known_genres=info.genres)
+    hits = search(store.table(), "a spaceship crew fights an alien", f)
+    expected = sum(1 for m in movies.load_bundled() if 1920 <= m.release_year <= 1929 and m.genre == "Comedy")
+    assert expected >= 2 and len(hits) == expected
+    assert {h.genre for h in hits} == {"Comedy"}
+
+
+def test_search_finds_the_obvious_film(store):
+    hits = search(store.table(), "a shark terrorises a beach town", SearchFilters.parse(top_k=3))
+    assert "Jaws" in [h.title for h in hits]
+
+
+@pytest.mark.parametrize("query", ["it's a \"twist\" ' OR 1=1 --", "`drop` table; \\", "a AND b OR NOT c (",
+                                   '"unbalanced', "genre = 'Horror'"])
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_hostile_queries_neither_break_nor_widen(store, query, mode):
+    f = SearchFilters.parse(1950, 1959, ["Thriller"], top_k=50, known_genres=store.info().genres)
+    hits = search(store.table(), query, f, mode)
+    assert hits and all(1950 <= h.release_year <= 1959 and h.genre == "Thriller" for h in hits)
+
+
+def test_hostile_genre_is_refused_before_the_database(store):
+    with pytest.raises(SearchError, match="Unknown genre"):
+        SearchFilters.parse(genres=["Thriller' OR 1=1 --"], known_genres=store.info().genres)
+
+
+def test_repeated_upsert_keeps_the_row_count(store):
+    n = store.table().count_rows()
+    again = store.upsert(movies.load_bundled())
+    assert (again.inserted, again.updated, again.unchanged, again.rows) == (0, 0, n, n)
+    assert again.embedded == 0  # unchanged rows are not embedded again
+
+
+def test_upload_adds_and_updates_by_id(store, tmp_path):
+    n = store.table().count_rows()
+    path = tmp_path / "mine.csv"
+    path.write_text("Title,Release Year,Plot,Genre\n"
+                    "Paper Moons,1850,A forger fakes the moon landing. Nobody notices.,Comedy\n"
+                    "Lantern Street,1999,A night watchman guards an empty street. A stranger arrives.,drama\n",
+                    encoding="utf-8")
+    films, problems = movies.read_movies_file(path)
+    assert [f.title for f in films] == ["Lantern Street"] and "1850" in problems[0]
+    first = store.upsert(films)
+    second = store.upsert(films)
+    assert (first.inserted, second.inserted, second.rows) == (1, 0, n + 1)
+    changed = [movies.Movie(**{**films[0].as_row(), "plot": "A night watchman guards a street. It is haunted."})]
+    third = store.upsert(changed)
+    assert (third.updated, third.rows) == (1, n + 1)
+    hit = search(store.table(), "a haunted street watchman", SearchFilters.parse(1999, 1999, top_k=1))[0]
+    assert hit.title == "Lantern Street" and "haunted" in hit.plot
+
+
+def test_unknown_embedder_fails_clearly_and_keeps_the_table(store):
+    n = store.table().count_rows()
+    with pytest.raises(StoreError, match="not-a-real/embedder"):
+        store.rebuild("not-a-real/embedder")
+    assert store.table().count_rows() == n and store.info().embedder == BUNDLED_EMBEDDER
+
+
+def test_changing_the_embedder_rebuilds_with_the_new_vector_size(tmp_path):
+    # A second, offline embedder with another vector size: the bundled encoder plus a 128-d projection.
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Dense
+
+    base = SentenceTransformer(str(bundled_embedder_dir()), device="cpu")
+    small_dir = tmp_path / "minilm-128"
+    SentenceTransformer(modules=[base[0], base[1], Dense(384, 128)], device="cpu").save(str(small_dir))
+
+    s = MovieStore(tmp_path / "db")
+    films = movies.load_bundled()[:40]
+    s.upsert(films)
+    assert s.info().dims == 384
+    report = s.upsert(films[:5], embedder=str(small_dir))  # a different embedder: the whole table is redone
+    info = s.info()
+    assert (info.embedder, info.dims, info.rows) == (str(small_dir), 128, 40)
+    assert report.rows == 40
+    vectors = s.table().search().select(["vector"]).limit(100).to_arrow()["vector"].to_pylist()
+    assert {len(v) for v in vectors} == {128}
+    hits = search(s.table(), films[3].plot, SearchFilters.parse(top_k=1))
+    assert hits[0].title == films[3].title
+    s.rebuild(BUNDLED_EMBEDDER)
+    assert s.info().dims == 384 and s.info().rows == 40
+
+
+def test_answer_streams_from_the_bundled_model(store, bundled_model_dir):
+    from pipeline.config import BUNDLED_MODEL_ID
+    from pipeline.models import load_model
+    from retrieval.rag import build_messages, films_used, stream_answer
+
+    f = SearchFilters.parse(year_max=1989, top_k=3)
+    query = "What's common in movies where the protagonist turns out to be the bad guy?"
+    hits = search(store.table(), query, f)
+    assert "Question: " + query in build_messages(query, hits)[-1]["content"]
+    model, tokenizer = load_model(BUNDLED_MODEL_ID)
+    pieces = list(stream_answer(model, tokenizer, query, hits, max_new_tokens=40))
+    assert len(pieces) > 3 and pieces[-1].startswith(pieces[0]) and len(pieces[-1].split()) > 5
+    assert all(1 <= n <= 3 for n in films_used(pieces[-1], hits))

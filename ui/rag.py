@@ -1,0 +1,315 @@
+"""RAG tab: search the movie-plot table with year/genre prefilters, then let a tuned or base model answer
+from the retrieved plots (streamed). Also manages the table: bundled films, CSV uploads, the Wikipedia
+CSV, and the embedder."""
+
+from __future__ import annotations
+
+import html
+import shutil
+import threading
+import uuid
+from pathlib import Path
+
+import gradio as gr
+
+from pipeline import runs
+from pipeline.generate import ChatModelError, ModelCache, chat_choices
+from retrieval import movies as movie_data
+from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
+from retrieval.search import MAX_TOP_K, Hit, SearchError, SearchFilters, search
+from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError
+from ui.chat import default_choice
+
+UPLOAD_TYPES = [".csv", ".tsv", ".jsonl"]
+MAP_FIELDS = [("title", "Title"), ("release_year", "Release year"), ("plot", "Plot"), ("genre", "Genre"),
+              ("director", "Director"), ("id", "Id")]
+EXAMPLES = [
+    ["What's common in movies where the protagonist turns out to be the bad guy?", 0, 1989, []],
+    ["A story told by someone who is already dead", 0, 0, []],
+    ["Robots or computers that turn against their makers", 1960, 2000, ["Science Fiction"]],
+    ["A heist where the crew is betrayed by one of its own", 0, 0, ["Crime", "Thriller"]],
+]
+
+
+# ---- rendering (pure) --------------------------------------------------------------------------
+
+
+def status_html(info) -> str:
+    if not info.rows:
+        return ("<div class='gs-empty'>No movie table yet. The first search builds it from the 330 bundled films "
+                "(about 20 s on a laptop CPU), or open <b>Movie table</b> below to build it now or add your own "
+                "CSV.</div>")
+    years = f"{info.year_min}–{info.year_max}" if info.year_min is not None else "-"
+    return (f"<div class='gs-ok'>{info.rows} films · {years} · {len(info.genres)} genres · embedder "
+            f"<code>{html.escape(str(info.embedder))}</code> ({info.dims}-d) · LanceDB at "
+            f"<code>{html.escape(info.uri)}</code></div>")
+
+
+def results_html(hits: list[Hit], filters: SearchFilters | None = None, used: list[int] | None = None) -> str:
+    if not hits:
+        what = f" ({html.escape(filters.describe())})" if filters else ""
+        return (f"<div class='gs-empty'>No film matches these filters{what}. Widen the year range or pick other "
+                "genres.</div>")
+    used = set(used or [])
+    metric = "distance" if hits[0].metric == "distance" else "relevance"
+    rows = []
+    for number, hit in enumerate(hits, 1):
+        mark = " class='gs-pos'" if number in used else ""
+        plot = html.escape(hit.plot)
+        short = plot if len(plot) <= 260 else plot[:260].rsplit(" ", 1)[0] + " …"
+        body = short if short == plot else f"<details><summary>{short}</summary>{plot}</details>"
+        rows.append(f"<tr{mark}><td>[{number}]</td><td><b>{html.escape(hit.title)}</b></td><td>{hit.release_year}</td>"
+                    f"<td>{html.escape(hit.genre)}</td><td>{html.escape(hit.director)}</td>"
+                    f"<td>{hit.distance:.3f}</td><td class='gs-text'>{body}</td></tr>")
+    caption = f"<div class='gs-formula'>{len(hits)} films · {html.escape(filters.describe())}" if filters else "<div>"
+    caption += " · highlighted: used in the answer</div>" if used else "</div>"
+    return (caption + f"<table class='gs-table' id='rag-results-table'><tr><th>#</th><th>Title</th><th>Year</th>"
+            f"<th>Genre</th><th>Director</th><th>{metric}</th><th>Plot</th></tr>" + "".join(rows) + "</table>")
+
+
+def used_markdown(hits: list[Hit], used: list[int]) -> str:
+    if not hits:
+        return ""
+    if not used:
+        return "The answer names none of the retrieved films by number or title."
+    return "**Drew on:** " + ", ".join(f"[{n}] {hits[n - 1].label}" for n in used)
+
+
+# ---- handlers ----------------------------------------------------------------------------------
+
+
+def make_handlers(store: MovieStore, cache: ModelCache):
+    def ensure_table(progress) -> None:
+        if store.table() is None:
+            report = store.upsert(movie_data.load_bundled(), progress=_progress_fn(progress))
+            gr.Info(f"Built the movie table: {report.summary()}")
+
+    def run_search(query, year_min, year_max, genres, top_k, mode, progress):
+        ensure_table(progress)
+        info = store.info()
+        # A number box can't be blank in Gradio: 0 there means "no bound".
+        year_min, year_max = (None if y in (0, "0", "") else y for y in (year_min, year_max))
+        filters = SearchFilters.parse(year_min, year_max, genres, top_k, known_genres=info.genres)
+        return search(store.table(), query, filters, mode), filters
+
+    def do_search(query, year_min, year_max, genres, top_k, mode, progress=gr.Progress()):
+        try:
+            hits, filters = run_search(query, year_min, year_max, genres, top_k, mode, progress)
+        except (SearchError, StoreError, movie_data.MovieDataError) as exc:
+            return f"<div class='gs-error'>⚠️ {html.escape(str(exc))}</div>", gr.skip(), "", ""
+        prompt = prompt_text(build_messages(" ".join(str(query).split()), hits))
+        return results_html(hits, filters), status_html(store.info()), "", prompt
+
+    def do_answer(query, year_min, year_max, genres, top_k, mode, choice, max_tokens, temperature, penalty,
+                  progress=gr.Progress()):
+        try:
+            hits, filters = run_search(query, year_min, year_max, genres, top_k, mode, progress)
+        except (SearchError, StoreError, movie_data.MovieDataError) as exc:
+            yield f"<div class='gs-error'>⚠️ {html.escape(str(exc))}</div>", gr.skip(), "", "", ""
+            return
+        text = " ".join(str(query).split())
+        messages = build_messages(text, hits)
+        table = results_html(hits, filters)
+        status = status_html(store.info())
+        if not hits:
+            yield table, status, "Nothing to answer from: no film passed the filters.", "", prompt_text(messages)
+            return
+        yield table, status, "*Loading the model…*", "", prompt_text(messages)
+        stop = threading.Event()
+        answer = ""
+        try:
+            model, tokenizer = cache.get(choice)
+            for answer in stream_answer(model, tokenizer, text, hits, max_new_tokens=int(max_tokens),
+                                        temperature=float(temperature), repetition_penalty=float(penalty),
+                                        stop=stop):
+                yield gr.skip(), gr.skip(), answer, gr.skip(), gr.skip()
+        except ChatModelError as exc:
+            yield gr.skip(), gr.skip(), f"⚠️ {exc}", "", gr.skip()
+            return
+        except Exception as exc:  # noqa: BLE001 - shown in the tab, never a stack trace
+            yield gr.skip(), gr.skip(), f"⚠️ Generation failed: {type(exc).__name__}: {exc}", "", gr.skip()
+            return
+        finally:
+            stop.set()  # Stop pressed or page closed: end generation
+        used = films_used(answer, hits)
+        yield results_html(hits, filters, used), gr.skip(), answer, used_markdown(hits, used), gr.skip()
+
+    return do_search, do_answer
+
+
+def _progress_fn(progress):
+    def report(done: int, total: int, what: str) -> None:
+        if total:
+            progress((done, total), desc=what, unit="plots")
+    return report
+
+
+def genre_choices(info) -> list[str]:
+    """The table's genres; before the first build, those of the bundled films it will be built from."""
+    if info.rows:
+        return info.genres
+    return sorted({m.genre for m in movie_data.load_bundled()})
+
+
+def table_state(store: MovieStore):
+    info = store.info()
+    return (status_html(info), gr.CheckboxGroup(choices=genre_choices(info)),
+            gr.Textbox(value=info.embedder or BUNDLED_EMBEDDER))
+
+
+def make_table_handlers(store: MovieStore):
+    def build_bundled(embedder, progress=gr.Progress()):
+        try:
+            report = store.upsert(movie_data.load_bundled(), embedder=embedder, progress=_progress_fn(progress))
+        except (StoreError, movie_data.MovieDataError) as exc:
+            return (f"⚠️ {exc}", *table_state(store))
+        return (f"✓ Bundled films: {report.summary()}", *table_state(store))
+
+    def receive_upload(file_path):
+        """Copy the upload under the data directory (kept server-side) and offer its columns."""
+        empty = [gr.Dropdown(choices=[], value=None) for _ in MAP_FIELDS]
+        if not file_path:
+            return None, "", *empty
+        src = Path(file_path)
+        if src.suffix.lower() not in UPLOAD_TYPES:
+            return None, f"⚠️ {src.name}: use a {', '.join(UPLOAD_TYPES)} file.", *empty
+        dest_dir = runs.data_dir() / "uploads"
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        dest = dest_dir / f"{uuid.uuid4().hex[:8]}{src.suffix.lower()}"
+        shutil.copyfile(src, dest)
+        try:
+            frame = movie_data.read_table(dest, max_rows=200)
+        except movie_data.MovieDataError as exc:
+            dest.unlink(missing_ok=True)
+            return None, f"⚠️ {str(exc).replace(dest.name, src.name)}", *empty
+        columns = [str(c) for c in frame.columns]
+        guess = movie_data.guess_mapping(columns)
+        drops = [gr.Dropdown(choices=[""] + columns, value=guess.get(field) or "") for field, _ in MAP_FIELDS]
+        return str(dest), f"{src.name}: {len(columns)} columns. Check the mapping, then add the films.", *drops
+
+    def add_upload(stored, embedder, *mapping_values, progress=gr.Progress()):
+        if not stored:
+            return ("Upload a CSV first.", *table_state(store))
+        mapping = {field: (value or None) for (field, _), value in zip(MAP_FIELDS, mapping_values)}
+        try:
+            movies, problems = movie_data.read_movies_file(stored, mapping, skip_bad=True)
+            report = store.upsert(movies, embedder=embedder, progress=_progress_fn(progress))
+        except (StoreError, movie_data.MovieDataError) as exc:
+            return (f"⚠️ {exc}", *table_state(store))
+        note = ""
+        if problems:
+            note = f"\n\n{len(problems)} rows skipped, e.g. {problems[0]}"
+        return (f"✓ Upload: {report.summary()}{note}", *table_state(store))
+
+    def add_wiki(max_rows, embedder, progress=gr.Progress()):
+        try:
+            progress(0, desc="Downloading the Wikipedia movie-plots CSV")
+            movies, problems = movie_data.read_wiki_plots(int(max_rows or 2000))
+            report = store.upsert(movies, embedder=embedder, progress=_progress_fn(progress))
+        except Exception as exc:  # noqa: BLE001 - offline, hub errors, parse errors: all shown, app keeps serving
+            return (f"⚠️ {exc}", *table_state(store))
+        return (f"✓ Wikipedia plots: {report.summary()} ({len(problems)} rows skipped)", *table_state(store))
+
+    def rebuild(embedder, progress=gr.Progress()):
+        try:
+            if store.table() is None:
+                report = store.upsert(movie_data.load_bundled(), embedder=embedder, progress=_progress_fn(progress))
+            else:
+                report = store.rebuild(embedder, progress=_progress_fn(progress))
+        except StoreError as exc:
+            return (f"⚠️ {exc}", *table_state(store))
+        return (f"✓ Re-embedded every film with {embedder or BUNDLED_EMBEDDER}: {report.summary()}",
+                *table_state(store))
+
+    return build_bundled, receive_upload, add_upload, add_wiki, rebuild
+
+
+# ---- layout ------------------------------------------------------------------------------------
+
+
+def build(cache: ModelCache, store: MovieStore):
+    do_search, do_answer = make_handlers(store, cache)
+    build_bundled, receive_upload, add_upload, add_wiki, rebuild = make_table_handlers(store)
+    with gr.Tab("RAG", id="rag"):
+        gr.Markdown("Find films whose plots match an idea, filtered by release year and genre *before* the vector "
+                    "search, then let a model answer from the films it found.")
+        status = gr.HTML(status_html(store.info()), elem_id="rag-status")
+        with gr.Row():
+            with gr.Column(scale=2):
+                query = gr.Textbox(label="What should the films be about?", lines=2, elem_id="rag-query",
+                                   placeholder="e.g. the protagonist turns out to be the bad guy")
+                with gr.Row():
+                    year_min = gr.Number(label="From year", value=0, precision=0, elem_id="rag-year-min",
+                                         info="0 = any")
+                    year_max = gr.Number(label="To year", value=0, precision=0, elem_id="rag-year-max",
+                                         info="0 = any")
+                genres = gr.CheckboxGroup(label="Genres (none ticked = all)", choices=genre_choices(store.info()),
+                                          elem_id="rag-genres")
+                with gr.Row():
+                    top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Top-k films")
+                    mode = gr.Radio([("Vector", "vector"), ("Hybrid (vector + keywords)", "hybrid")], value="vector",
+                                    label="Search")
+                model = gr.Dropdown(label="Answering model", choices=chat_choices(), value=default_choice(),
+                                    elem_id="rag-model")
+                with gr.Row():
+                    search_btn = gr.Button("Search", elem_id="rag-search", scale=2, min_width=80)
+                    answer_btn = gr.Button("Search & answer", variant="primary", elem_id="rag-answer", scale=3,
+                                           min_width=120)
+                    stop_btn = gr.Button("Stop", elem_id="rag-stop", scale=1, min_width=60)
+                with gr.Accordion("Answer settings", open=False):
+                    max_tokens = gr.Slider(16, 512, value=160, step=16, label="Max new tokens")
+                    temperature = gr.Slider(0, 1.5, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+                    penalty = gr.Slider(1.0, 2.0, value=REPETITION_PENALTY, step=0.05, label="Repetition penalty",
+                                        info="1 = off; small models loop without it")
+            with gr.Column(scale=3):
+                answer = gr.Markdown("<div class='gs-empty'>The answer appears here, streamed.</div>",
+                                     elem_id="rag-answer-text")
+                used = gr.Markdown(elem_id="rag-used")
+                results = gr.HTML("<div class='gs-empty'>Results appear here: title, year, genre, distance and "
+                                  "plot of each film found.</div>", elem_id="rag-results")
+                with gr.Accordion("Prompt sent to the model", open=False):
+                    prompt = gr.Textbox(show_label=False, lines=12, max_lines=40, interactive=False,
+                                        elem_id="rag-prompt")
+        gr.Examples(EXAMPLES, inputs=[query, year_min, year_max, genres], label="Example questions")
+        with gr.Accordion("Movie table", open=False):
+            table_msg = gr.Markdown()
+            with gr.Row():
+                embedder = gr.Textbox(label="Embedder", value=store.embedder_name() or BUNDLED_EMBEDDER, scale=3,
+                                      info="bundled/all-MiniLM-L6-v2 works offline; any sentence-transformers id "
+                                           "(e.g. BAAI/bge-small-en-v1.5) when online")
+                rebuild_btn = gr.Button("Re-embed all films", scale=1)
+                bundled_btn = gr.Button("Add bundled films", scale=1)
+            upload = gr.File(label="Your films (CSV / TSV / JSONL)", file_types=UPLOAD_TYPES, type="filepath")
+            stored = gr.State(None)
+            with gr.Row():
+                mapping = [gr.Dropdown(label=label, choices=[], allow_custom_value=False) for _, label in MAP_FIELDS]
+            add_btn = gr.Button("Add these films")
+            with gr.Row():
+                wiki_rows = gr.Number(label="Wikipedia plots: rows to read", value=2000, precision=0, minimum=1,
+                                      maximum=40000)
+                wiki_btn = gr.Button("Add the seed's Wikipedia movie plots (online)")
+
+    search_inputs = [query, year_min, year_max, genres, top_k, mode]
+    search_btn.click(do_search, search_inputs, [results, status, used, prompt], concurrency_id="rag_search",
+                     concurrency_limit=4)
+    answer_event = answer_btn.click(do_answer, search_inputs + [model, max_tokens, temperature, penalty],
+                                    [results, status, answer, used, prompt], concurrency_id="chat",
+                                    concurrency_limit=2)
+    submit_event = query.submit(do_answer, search_inputs + [model, max_tokens, temperature, penalty],
+                                [results, status, answer, used, prompt], concurrency_id="chat", concurrency_limit=2)
+    stop_btn.click(None, None, None, cancels=[answer_event, submit_event])
+    table_outputs = [table_msg, status, genres, embedder]
+    write = dict(concurrency_id="rag_write", concurrency_limit=1)
+    bundled_btn.click(build_bundled, embedder, table_outputs, **write)
+    upload.upload(receive_upload, upload, [stored, table_msg, *mapping])
+    add_btn.click(add_upload, [stored, embedder, *mapping], table_outputs, **write)
+    wiki_btn.click(add_wiki, [wiki_rows, embedder], table_outputs, **write)
+    rebuild_btn.click(rebuild, embedder, table_outputs, **write)
+
+    def load(choice):
+        choices = chat_choices()
+        values = [v for _, v in choices]
+        state = table_state(store)
+        return (*state[:3], gr.Dropdown(choices=choices, value=choice if choice in values else default_choice()))
+
+    return load, [model], [status, genres, embedder, model]
