@@ -1,0 +1,65 @@
+"""RAG in the browser: a query with a year filter shows results inside the range and a streamed answer."""
+
+import re
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from .conftest import ARTIFACTS
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def test_year_filtered_query_shows_results_and_streams_an_answer(page, app_url):
+    page.goto(app_url)
+    page.get_by_role("tab", name="RAG").click()
+    expect(page.locator("#rag-status")).to_contain_text("No movie table yet", timeout=30_000)
+    page.screenshot(path=str(ARTIFACTS / "rag-01-empty.png"), full_page=True)
+
+    page.locator("#rag-query textarea").fill("the protagonist turns out to be the bad guy")
+    year_max = page.locator("#rag-year-max input")
+    year_max.fill("1989")
+    year_max.press("Tab")  # commit the number before the click
+    page.locator("#rag-answer").click()
+
+    # First use builds the table from the bundled films, then the results show up.
+    rows = page.locator("#rag-results-table tr")
+    expect(rows).to_have_count(6, timeout=240_000)  # header + top 5
+    years = [int(rows.nth(i).locator("td").nth(2).inner_text()) for i in range(1, 6)]
+    assert all(year <= 1989 for year in years), years
+    expect(page.locator("#rag-results")).to_contain_text("released up to 1989")
+    expect(page.locator("#rag-status")).to_contain_text("330 films")
+
+    # The answer streams: seen at several growing lengths.
+    answer = page.locator("#rag-answer-text")
+    lengths: list[int] = []
+    deadline = time.time() + 240
+    while time.time() < deadline and len(lengths) < 3:
+        text = answer.inner_text().strip()
+        if text and "Loading" not in text and "appears here" not in text and (not lengths or len(text) != lengths[-1]):
+            lengths.append(len(text))
+        time.sleep(0.1)
+    assert len(lengths) >= 3 and lengths == sorted(lengths), lengths
+    expect(page.locator("#rag-used")).to_have_text(re.compile(r"Drew on|names none"), timeout=240_000)
+
+    # The exact prompt is one click away and holds the query and the numbered films.
+    page.get_by_text("Prompt sent to the model").click()
+    prompt = page.locator("#rag-prompt textarea")
+    expect(prompt).to_have_value(re.compile(r"\[1\] .*\(\d{4}, "), timeout=10_000)
+    expect(prompt).to_have_value(re.compile(r"Question: the protagonist turns out to be the bad guy"))
+    page.screenshot(path=str(ARTIFACTS / "rag-02-answer.png"), full_page=True)
+
+
+def test_hostile_filter_values_are_refused_not_run(page, app_url):
+    page.goto(app_url)
+    page.get_by_role("tab", name="RAG").click()
+    page.locator("#rag-query textarea").fill("it's a \"twist\" ' OR 1=1 --")
+    year_min = page.locator("#rag-year-min input")
+    year_min.fill("1995")
+    year_min.press("Tab")
+    year_max = page.locator("#rag-year-max input")
+    year_max.fill("1980")
+    year_max.press("Tab")
+    page.locator("#rag-search").click()
+    expect(page.locator("#rag-results")).to_contain_text("swap them", timeout=240_000)
