@@ -11,15 +11,15 @@ The reference is the floor that polling itself sets; the ratio shows what the ap
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from report import p50_p95, save
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -78,11 +78,6 @@ def measure(page, metrics: Path, selector: str, start_step: int, samples: int) -
     return out
 
 
-def summary(xs: list[float]) -> tuple[float, float]:
-    xs = sorted(xs)
-    return statistics.median(xs), xs[min(len(xs) - 1, int(round(0.95 * (len(xs) - 1))))]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=12)
@@ -126,16 +121,14 @@ def main() -> int:
     finally:
         app.terminate()
         ref.terminate()
-    (a50, a95), (r50, r95) = summary(app_lat), summary(ref_lat)
+    (a50, a95), (r50, r95) = p50_p95(app_lat), p50_p95(ref_lat)
     print(f"metrics.jsonl line -> visible in the browser ({a.samples} samples each, 1 s timers)")
     print(f"{'':12}{'p50 s':>8}{'p95 s':>8}{'max s':>8}")
     print(f"{'app':12}{a50:8.2f}{a95:8.2f}{max(app_lat):8.2f}")
     print(f"{'reference':12}{r50:8.2f}{r95:8.2f}{max(ref_lat):8.2f}")
     print(f"ratio app/reference p50 {a50 / r50:.2f}, p95 {a95 / r95:.2f}; target: app max <= 2 s -> "
           f"{'met' if max(app_lat) <= 2 else 'NOT met'}")
-    out = ROOT / "bench" / "out"
-    out.mkdir(exist_ok=True)
-    (out / "chart_latency.json").write_text(json.dumps({"app": app_lat, "reference": ref_lat}, indent=2))
+    save("chart_latency", {"app": app_lat, "reference": ref_lat})
     return 0
 
 

@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from report import save
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -113,10 +115,7 @@ def main() -> int:
     print(f"tokens/s ratio app/plain: {ratio:.3f} (target >= 0.9)")
     print(f"both paths interleaved in one process: app {med(mixed['app_tps']):.1f} vs plain "
           f"{med(mixed['ref_tps']):.1f} tok/s, ratio {mixed_ratio:.3f}")
-    out = ROOT / "bench" / "out"
-    out.mkdir(exist_ok=True)
-    (out / "chat.json").write_text(json.dumps({"separate": merged, "mixed": mixed, "ratio": ratio,
-                                               "mixed_ratio": mixed_ratio}, indent=2))
+    save("chat", {"separate": merged, "mixed": mixed, "ratio": ratio, "mixed_ratio": mixed_ratio})
     return 0
 
 

@@ -79,6 +79,11 @@ class RunConfig:
             "and the bad sample; 'skip' scores that completion as missing (advantage 0) and logs a warning."
         ),
     )
+    reward_timeout_s: float = field(
+        default=60.0,
+        metadata=_help("Seconds one reward call may take for a batch before it counts as an error (then "
+                       "reward_errors decides: fail the run, or skip the batch for that reward)."),
+    )
 
     # LoRA
     lora_r: int = field(default=8, metadata=_help("LoRA rank. Higher = more capacity, more memory."))
@@ -222,6 +227,8 @@ class RunConfig:
             out.append(f"Unknown loss_type '{self.loss_type}'. Choose one of: {', '.join(LOSS_TYPES)}.")
         if self.precision not in PRECISIONS:
             out.append(f"Unknown precision '{self.precision}'. Choose one of: {', '.join(PRECISIONS)}.")
+        if not 0 < self.reward_timeout_s <= 3600:
+            out.append("reward_timeout_s must be between 0 and 3600 seconds.")
         if self.reward_errors not in REWARD_ERROR_POLICIES:
             out.append(f"reward_errors must be one of: {', '.join(REWARD_ERROR_POLICIES)}.")
         if self.lora_r < 1 or self.lora_alpha < 1:

@@ -18,6 +18,7 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
     """Config, dataset, model, prompt budget and rewards, in that order; later checks need earlier ones."""
     from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
     from pipeline.models import ModelError, count_prompt_tokens, load_tokenizer, resolve_model
+    from pipeline.reward_check import needs_isolation, score_isolated
     from pipeline.rewards import build_rewards, score
 
     checks: list[Check] = []
@@ -51,12 +52,16 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
             checks.append(Check("budget", False, str(exc)))
     if not problems and train:
         try:
-            funcs, weights = build_rewards(cfg.rewards, policy="fail", allow_custom=allow_custom_rewards)
             sample = train[0]
             completions = [[{"role": "assistant", "content": text}] for text in
                            ("A short sample answer.", "<think>check</think><answer>42</answer>")]
             extra = {"answer": [sample["answer"]] * 2} if "answer" in sample else {}
-            result = score(funcs, weights, completions, **extra)
+            if needs_isolation(cfg.rewards):  # custom code runs in a child process, never in this one
+                result = score_isolated(cfg.rewards, completions, allow_custom=allow_custom_rewards,
+                                        timeout_s=cfg.reward_timeout_s, **extra)
+            else:
+                funcs, weights = build_rewards(cfg.rewards, policy="fail", timeout_s=cfg.reward_timeout_s)
+                result = score(funcs, weights, completions, **extra)
             checks.append(Check("rewards", True, "Every reward scored a sample: " + ", ".join(
                 f"{k}={v[0]:.3g}" for k, v in result["per_reward"].items() if v[0] is not None) + "."))
         except Exception as exc:  # noqa: BLE001 - any reward failure is shown to the user

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -20,6 +21,10 @@ NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 
 class RewardFunctionError(RuntimeError):
     """A reward function raised or returned something unusable. Names the reward and the sample."""
+
+
+class RewardTimeout(RuntimeError):
+    """A reward that did not return in time."""
 
 
 def completion_text(completion: Any) -> str:
@@ -257,6 +262,24 @@ class CustomPython:
         texts = [completion_text(c) for c in completions]
         return list(self._fn(texts, **kwargs))
 
+    @staticmethod
+    def check(code: str) -> None:
+        """Parse the code without running it (the web server never executes custom rewards).
+
+        >>> CustomPython.check("def reward(completions, **kw): return [0.0] * len(completions)")
+        >>> CustomPython.check("x = 1")
+        Traceback (most recent call last):
+        ValueError: custom reward code must define a function named 'reward(completions, **kwargs)'
+        """
+        import ast
+
+        try:
+            tree = ast.parse(code or "", "<custom reward>")
+        except SyntaxError as exc:
+            raise ValueError(f"custom reward code has a syntax error on line {exc.lineno}: {exc.msg}") from None
+        if not any(isinstance(node, ast.FunctionDef) and node.name == "reward" for node in tree.body):
+            raise ValueError("custom reward code must define a function named 'reward(completions, **kwargs)'")
+
 
 # ---- registry ----------------------------------------------------------------------------------
 
@@ -332,6 +355,10 @@ class RewardRegistry:
         if not math.isfinite(weight):
             return [f"Reward '{spec.name}': weight must be finite."]
         try:
+            if d.custom_code:  # checked, never executed here: this may be the web server
+                kwargs = self._coerce(d, dict(spec.params or {}))
+                CustomPython.check(kwargs.get("code", ""))
+                return []
             self.build(spec, allow_custom=allow_custom)
         except Exception as exc:  # noqa: BLE001 - report any construction problem to the user
             return [f"Reward '{spec.name}': {exc}"]
@@ -409,8 +436,9 @@ class GuardedReward:
     [0.5, None]
     """
 
-    def __init__(self, fn: Callable, policy: str = "fail", on_warning: Callable[[str], None] | None = None):
-        self.fn, self.policy, self.on_warning = fn, policy, on_warning
+    def __init__(self, fn: Callable, policy: str = "fail", on_warning: Callable[[str], None] | None = None,
+                 timeout_s: float | None = None):
+        self.fn, self.policy, self.on_warning, self.timeout_s = fn, policy, on_warning, timeout_s
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         self.warnings: list[str] = []
 
@@ -454,10 +482,35 @@ class GuardedReward:
             return out, f"returned a non-finite or non-numeric value ({values[bad[0]]!r})", bad
         return out, None, []
 
+    def _call(self, completions, kwargs):
+        """Call the reward; with a timeout, in a worker thread that is abandoned if it never returns
+        (Python can't kill a thread: with policy 'fail' the trainer process ends and takes it along)."""
+        if not self.timeout_s:
+            return self.fn(completions, **kwargs)
+        box: dict[str, Any] = {}
+
+        def work():
+            try:
+                box["value"] = self.fn(completions, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = exc
+
+        worker = threading.Thread(target=work, daemon=True, name=f"reward-{self.__name__}")
+        worker.start()
+        worker.join(self.timeout_s)
+        if worker.is_alive():
+            raise RewardTimeout(f"did not return within {self.timeout_s:g} s (an endless loop, or waiting on "
+                                "the network?)")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
     def __call__(self, completions, **kwargs) -> list:
         n = len(completions)
         try:
-            values = self.fn(completions, **kwargs)
+            values = self._call(completions, kwargs)
+        except RewardTimeout as exc:
+            return self._fail_or_skip(f"Reward '{self.__name__}' {exc}", n, range(n))
         except RewardFunctionError as exc:
             return self._fail_or_skip(f"Reward '{self.__name__}': {exc}", n, range(n))
         except Exception as exc:  # noqa: BLE001 - any user reward error is reported, not swallowed
@@ -500,14 +553,15 @@ class GuardedReward:
 
 
 def build_rewards(specs, policy: str = "fail", allow_custom: bool = False,
-                  on_warning: Callable[[str], None] | None = None) -> tuple[list[GuardedReward], list[float]]:
+                  on_warning: Callable[[str], None] | None = None,
+                  timeout_s: float | None = None) -> tuple[list[GuardedReward], list[float]]:
     """Guarded reward callables and their weights, with unique names (metric keys)."""
     funcs, weights, seen = [], [], {}
     for spec in specs:
         seen[spec.name] = seen.get(spec.name, 0) + 1
         name = spec.name if seen[spec.name] == 1 else f"{spec.name}_{seen[spec.name]}"
         fn = reward_registry.build(spec, allow_custom=allow_custom, name=name)
-        funcs.append(GuardedReward(fn, policy=policy, on_warning=on_warning))
+        funcs.append(GuardedReward(fn, policy=policy, on_warning=on_warning, timeout_s=timeout_s))
         weights.append(float(spec.weight))
     return funcs, weights
 

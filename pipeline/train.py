@@ -326,7 +326,7 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
         runs.write_json_atomic(run_dir / "eval_prompts.json", eval_rows)
 
     guards, weights = build_rewards(cfg.rewards, policy=cfg.reward_errors, allow_custom=allow_custom_rewards,
-                                    on_warning=lambda msg: log.warning(msg))
+                                    on_warning=lambda msg: log.warning(msg), timeout_s=cfg.reward_timeout_s)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(precision))
     targets = cfg.lora_target_modules.strip()
     lora = LoraConfig(

@@ -8,11 +8,13 @@ import gradio as gr
 from pipeline.advantages import group_advantages
 from pipeline.config import BUNDLED_MODEL_ID, ConfigError
 from pipeline.models import catalog_choices
+from pipeline.reward_check import needs_isolation, score_isolated
 from pipeline.rewards import build_rewards, score
 from ui import views
 from ui.form import REWARD_COLUMNS, reward_rows, rewards_from_rows
 
 SEPARATOR = "---"
+BENCH_TIMEOUT_S = 30.0
 EXAMPLE_PROMPT = ("My neighbour's dog barks from 6 a.m. every day. I've asked twice, politely, and nothing "
                   "changed. Should I talk to the landlord or keep trying with the neighbour?")
 EXAMPLE_CANDIDATES = "\n---\n".join([
@@ -37,7 +39,8 @@ def parse_raw(text: str) -> list[float]:
         raise ConfigError("Raw rewards must be numbers separated by commas, e.g. 1,1,1,1,0,0,0,0.") from None
 
 
-def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw: str, scale: bool):
+def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw: str, scale: bool,
+                     allow_custom: bool = False):
     try:
         if (raw or "").strip():
             totals = parse_raw(raw)
@@ -52,11 +55,16 @@ def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw:
         texts = split_candidates(candidates)
         if len(texts) < 2:
             raise ConfigError(f"Enter at least two completions, separated by a line with only {SEPARATOR}.")
-        funcs, weights = build_rewards(specs, policy="fail")
         completions = [[{"role": "assistant", "content": t}] for t in texts]
         extra = {"answer": [answer] * len(texts)} if (answer or "").strip() else {}
         prompts = [[{"role": "user", "content": prompt or ""}]] * len(texts)
-        result = score(funcs, weights, completions, prompts=prompts, **extra)
+        if needs_isolation(specs):  # custom code runs in a child process, never in the web server
+            if not allow_custom:
+                raise ConfigError("custom_python runs your own code; start the app with --allow-custom-rewards.")
+            result = score_isolated(specs, completions, allow_custom=True, prompts=prompts, **extra)
+        else:
+            funcs, weights = build_rewards(specs, policy="fail", timeout_s=BENCH_TIMEOUT_S)
+            result = score(funcs, weights, completions, prompts=prompts, **extra)
         adv = group_advantages(result["total"], scale=scale)
         return views.bench_table(result["per_reward"], result["total"], adv), views.bench_summary(result["total"])
     except Exception as exc:  # noqa: BLE001 - a debugging tool: show the reason plainly
@@ -107,6 +115,11 @@ def build(allow_custom: bool = False) -> None:
             with gr.Column():
                 summary = gr.Markdown(elem_id="bench-summary")
                 table = gr.Dataframe(label="Scores and advantages", interactive=False, elem_id="bench-table")
-        score_btn.click(score_candidates, [rewards, prompt, candidates, answer, raw, scale], [table, summary])
+        def score_with_flag(rewards_df, prompt_text, candidate_text, answer_text, raw_text, scale_on):
+            return score_candidates(rewards_df, prompt_text, candidate_text, answer_text, raw_text, scale_on,
+                                    allow_custom=allow_custom)
+
+        score_btn.click(score_with_flag, [rewards, prompt, candidates, answer, raw, scale], [table, summary],
+                        api_name="score_candidates")
         sample_btn.click(sample_group, [model, prompt, g, temperature, max_tokens], [candidates, summary],
                          concurrency_id="model", concurrency_limit=1)

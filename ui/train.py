@@ -33,6 +33,7 @@ LABELS = {
     "lora_r": "LoRA r", "lora_alpha": "LoRA alpha", "lora_dropout": "LoRA dropout",
     "lora_target_modules": "LoRA target modules", "seed": "Seed", "save_steps": "Checkpoint every N steps",
     "precision": "Precision", "gradient_checkpointing": "Gradient checkpointing", "reward_errors": "On reward errors",
+    "reward_timeout_s": "Reward timeout (s)",
 }
 RUN_COLUMNS = ["run", "state", "model", "dataset", "rewards", "step", "max_steps", "final_reward", "duration_s"]
 
