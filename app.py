@@ -43,24 +43,75 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def main(argv: list[str] | None = None) -> int:
+def read_auth(auth: str | None, auth_file: str | None) -> list[tuple[str, str]]:
+    """USER:PASS pairs from --auth and/or a file with one USER:PASS per line ('#' comments allowed)."""
+    lines = [auth] if auth else []
+    if auth_file:
+        try:
+            lines += Path(auth_file).read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise SystemExit(f"Can't read --auth-file {auth_file}: {exc.strerror}.") from None
+    pairs = []
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, password = line.partition(":")
+        if not sep or not user or not password:
+            raise SystemExit("Authentication entries must look like USER:PASS (both non-empty).")
+        pairs.append((user, password))
+    return pairs
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="GRPO Studio web app")
     parser.add_argument("--host", default="127.0.0.1", help="Interface to listen on (default: loopback only).")
     parser.add_argument("--port", type=int, default=7860)
     parser.add_argument("--share", action="store_true", help="Open a public Gradio share link (off by default).")
+    parser.add_argument("--auth", metavar="USER:PASS", help="Require this login.")
+    parser.add_argument("--auth-file", metavar="PATH", help="Logins, one USER:PASS per line.")
     parser.add_argument("--allow-custom-rewards", action="store_true",
-                        help="Allow rewards written as Python in the UI (arbitrary code; runs in the trainer).")
-    parser.add_argument("--max-upload-mb", type=int, default=50)
-    args = parser.parse_args(argv)
+                        help="Allow rewards written as Python in the UI (arbitrary code; it runs only in the trainer "
+                             "and scoring subprocesses, never in this server).")
+    parser.add_argument("--max-upload-mb", type=int, default=50, help="Largest accepted upload (default 50 MB).")
+    parser.add_argument("--queue-size", type=int, default=64,
+                        help="Requests that may wait in the queue; more get a 'busy' answer at once.")
+    return parser.parse_args(argv)
 
-    if not is_loopback(args.host):
-        print(f"WARNING: listening on {args.host} with no authentication: anyone who can reach this port "
-              "can start training runs.", file=sys.stderr)
+
+def exposure_warning(host: str, share: bool, has_auth: bool) -> str | None:
+    if has_auth or (is_loopback(host) and not share):
+        return None
+    where = "a public share link" if share else f"{host}"
+    return ("\n" + "!" * 78 + f"\nWARNING: GRPO Studio is reachable on {where} with NO authentication.\n"
+            "Anyone who can reach it can start training runs and read your runs and models.\n"
+            "Add --auth USER:PASS (or --auth-file), or listen on 127.0.0.1 only.\n" + "!" * 78 + "\n")
+
+
+def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
+    """Build and launch the app with the settings the flags ask for. Returns (demo, local_url)."""
+    from pipeline.runs import data_dir
+
+    auth = read_auth(args.auth, args.auth_file)
+    warning = exposure_warning(args.host, args.share, bool(auth))
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     demo = build_app(args.allow_custom_rewards)
-    demo.queue(default_concurrency_limit=4, max_size=64)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share,
-                max_file_size=f"{args.max_upload_mb}mb", css=(ROOT / "assets" / "studio.css").read_text(),
-                show_error=False)
+    demo.queue(default_concurrency_limit=4, max_size=args.queue_size)
+    # Export zips are the only files a handler returns: Gradio copies them from <data>/exports into its cache.
+    # Everything else under the data directory (runs, uploads, models, LanceDB) is never served.
+    data = data_dir()
+    blocked = [str(data / name) for name in ("runs", "uploads", "models", "lancedb")]
+    _, url, _ = demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth or None,
+                            max_file_size=f"{args.max_upload_mb}mb", css=(ROOT / "assets" / "studio.css").read_text(),
+                            show_error=False, allowed_paths=[str(data / "exports")],
+                            blocked_paths=blocked, prevent_thread_lock=prevent_thread_lock,
+                            quiet=prevent_thread_lock)
+    return demo, url
+
+
+def main(argv: list[str] | None = None) -> int:
+    serve(parse_args(argv))
     return 0
 
 

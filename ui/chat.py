@@ -250,6 +250,6 @@ def build(cache: ModelCache) -> None:
                         [choice_b, chat_b])
     refresh.click(load_choices, [choice_a, choice_b], [choice_a, choice_b])
     score_btn.click(score_replies, [chat_a, chat_b, choice_a, choice_b, side_by_side], scores)
-    export_btn.click(export_run, choice_a, [export_files, export_msg, snippet])
+    export_btn.click(export_run, choice_a, [export_files, export_msg, snippet], api_name="export_run")
     push.click(push_to_hub, [choice_a, repo, token], push_msg)
     return load_choices, [choice_a, choice_b]

@@ -56,3 +56,18 @@ def status(run_dir: Path) -> dict:
 
 def config(run_dir: Path) -> dict:
     return json.loads((run_dir / "config.json").read_text())
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_app(*flags: str):
+    """The app launched in this process with the real launch settings; returns (demo, url)."""
+    import app
+
+    return app.serve(app.parse_args(["--port", str(free_port()), *flags]), prevent_thread_lock=True)

@@ -2,6 +2,8 @@
 
 import pytest
 
+from .helpers import serve_app
+
 from pipeline import runs
 from pipeline.config import RunConfig
 
@@ -10,11 +12,7 @@ from pipeline.config import RunConfig
 def client(studio_data):
     from gradio_client import Client
 
-    import app
-
-    demo = app.build_app()
-    demo.queue()
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    demo, url = serve_app()
     yield Client(url, verbose=False)
     demo.close()
 

@@ -4,16 +4,14 @@ import concurrent.futures
 
 import pytest
 
+from .helpers import serve_app
+
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def url(bundled_model_dir):
-    import app
-
-    demo = app.build_app()
-    demo.queue()
-    _, local_url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    demo, local_url = serve_app()
     yield local_url
     demo.close()
 

@@ -1,0 +1,161 @@
+"""Safe by default, tried for real against the launched app: file routes refuse traversal, uploads are
+bounded, logins are enforced, hostile RAG filters never widen results, exports still download."""
+
+import json
+import urllib.error
+import urllib.request
+from urllib.parse import quote
+
+import pytest
+
+from pipeline import runs
+
+from .helpers import serve_app
+
+pytestmark = pytest.mark.slow
+
+
+def fetch(url: str, data: bytes | None = None, headers: dict | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=data, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+@pytest.fixture(scope="module")
+def app_url(studio_data):
+    demo, url = serve_app("--max-upload-mb", "1")
+    yield url.rstrip("/")
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def secret(studio_data):
+    """A file inside a run directory: the kind of thing that must never be served."""
+    run = runs.runs_dir() / "private-run"
+    run.mkdir(parents=True, exist_ok=True)
+    path = run / "config.json"
+    path.write_text('{"secret": "s3cr3t-token"}')
+    return path
+
+
+def traversal_paths(secret_path) -> list[str]:
+    rel = "../" * 12 + "etc/passwd"
+    return [
+        "/etc/passwd",
+        str(secret_path),
+        rel,
+        quote(rel, safe=""),
+        quote(quote(rel, safe=""), safe=""),                 # double-encoded
+        "..%2f..%2f..%2f..%2f..%2fetc%2fpasswd",
+        "%2e%2e/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+        "..\\..\\..\\..\\etc\\passwd",
+        quote(str(secret_path), safe=""),
+        "data/runs/private-run/config.json",
+        "file:///etc/passwd",
+    ]
+
+
+@pytest.mark.parametrize("route", ["/gradio_api/file=", "/file=", "/gradio_api/file/", "/static/", "/assets/"])
+def test_file_routes_refuse_traversal_and_private_files(app_url, secret, route):
+    for path in traversal_paths(secret):
+        status, body = fetch(app_url + route + path)
+        assert b"root:x:0:0" not in body and b"s3cr3t-token" not in body, (route, path, status)
+        assert status in (400, 403, 404, 405, 422), (route, path, status)
+
+
+def test_uploads_over_the_limit_are_refused(app_url):
+    def upload(size: int) -> tuple[int, bytes]:
+        boundary = "studio-boundary"
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"films.csv\"\r\n"
+                "Content-Type: text/csv\r\n\r\n").encode() + b"a" * size + f"\r\n--{boundary}--\r\n".encode()
+        return fetch(app_url + "/gradio_api/upload", data=body,
+                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+
+    status, body = upload(2 * 1024 * 1024)
+    assert status == 413, (status, body[:200])
+    status, body = upload(10_000)
+    assert status == 200 and body.startswith(b'["') and b"films.csv" in body
+
+
+def test_login_is_enforced_when_asked(studio_data, tmp_path):
+    from gradio_client import Client
+
+    logins = tmp_path / "logins.txt"
+    logins.write_text("# team logins\nalice:wonderland\nbob:builder\n")
+    demo, url = serve_app("--auth-file", str(logins))
+    try:
+        status, _ = fetch(url.rstrip("/") + "/config")
+        assert status == 401
+        with pytest.raises(Exception):
+            Client(url, verbose=False)
+        with pytest.raises(Exception):
+            Client(url, auth=("alice", "wrong"), verbose=False)
+        client = Client(url, auth=("bob", "builder"), verbose=False)
+        _, summary = client.predict({"headers": ["use", "reward", "weight", "params (JSON)"], "data": []},
+                                    "", "", "", "1,0", True, api_name="/score_candidates")
+        assert "std" in summary
+    finally:
+        demo.close()
+
+
+def result_rows(table_html: str) -> list[tuple[str, int, str]]:
+    """(title, year, genre) of each result row in the RAG results table."""
+    import re
+
+    return [(t, int(y), g) for t, y, g in
+            re.findall(r"<td>\[\d+\]</td><td><b>(.*?)</b></td><td>(\d{4})</td><td>(.*?)</td>", table_html)]
+
+
+HOSTILE = ["Thriller' OR 1=1 --", "Thriller\" OR \"1\"=\"1", "`genre`", "') OR ('a'='a", "Thriller; DROP TABLE movies"]
+
+
+def test_hostile_rag_filters_through_the_app_never_widen(app_url):
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    # A fair query first (this also builds the movie table from the bundled films).
+    table_html, status, *_ = client.predict("a detective uncovers a conspiracy", 1950, 1959, ["Thriller"], 20,
+                                            "vector", api_name="/do_search")
+    rows = result_rows(table_html)
+    assert len(rows) >= 5 and all(1950 <= y <= 1959 and g == "Thriller" for _, y, g in rows)
+    assert "330 films" in status
+
+    for genre in HOSTILE:
+        try:
+            table_html, *_ = client.predict("a detective", 0, 0, [genre], 50, "vector", api_name="/do_search")
+        except Exception as exc:  # Gradio's own choice check may refuse it before our handler
+            assert "choice" in str(exc).lower() or "error" in str(exc).lower()
+            continue
+        assert "Unknown genre" in table_html and "<table" not in table_html
+    for low, high in (("1990 OR 1=1", 1995), ("1990", "2000; DROP TABLE movies")):
+        try:
+            table_html, *_ = client.predict("a detective", low, high, [], 50, "vector", api_name="/do_search")
+        except Exception:
+            continue  # the number field refused the text itself
+        assert "<table" not in table_html and "⚠️" in table_html
+    # Quotes and SQL in the query text are only text: filters still hold.
+    table_html, *_ = client.predict("it's a \"twist\" ' OR 1=1 -- `x`", 1950, 1959, ["Thriller"], 50, "hybrid",
+                                    api_name="/do_search")
+    rows = result_rows(table_html)
+    assert len(rows) >= 5 and all(1950 <= y <= 1959 and g == "Thriller" for _, y, g in rows)
+
+
+def test_export_zip_is_downloadable(app_url, studio_data):
+    """The only files a handler returns: a finished run's zips, copied into Gradio's cache and served."""
+    from gradio_client import Client
+
+    run = runs.runs_dir() / "exported-run"
+    (run / "merged").mkdir(parents=True, exist_ok=True)
+    (run / "adapter").mkdir(parents=True, exist_ok=True)
+    (run / "config.json").write_text(json.dumps({"model": "bundled/SmolLM2-135M-Instruct"}))
+    (run / "merged" / "config.json").write_text("{}")
+    (run / "adapter" / "adapter_config.json").write_text("{}")
+    client = Client(app_url, verbose=False)
+    base = "bundled/SmolLM2-135M-Instruct"
+    client.predict(base, base, api_name="/load_choices")  # the model list, as a page load refreshes it
+    files, message, _ = client.predict("run:exported-run", api_name="/export_run")
+    assert "Exported" in message and len(files) == 2
+    assert all(f.endswith(".zip") for f in files)

@@ -1,0 +1,41 @@
+"""app.py flags: loopback by default, a loud warning when exposed without a login, login files."""
+
+import pytest
+
+import app
+
+
+def test_defaults_are_private():
+    args = app.parse_args([])
+    assert (args.host, args.share, args.auth, args.max_upload_mb, args.allow_custom_rewards) == (
+        "127.0.0.1", False, None, 50, False)
+
+
+@pytest.mark.parametrize("host, share, has_auth, warns", [
+    ("127.0.0.1", False, False, False), ("localhost", False, False, False), ("::1", False, False, False),
+    ("0.0.0.0", False, False, True), ("192.168.1.20", False, False, True), ("127.0.0.1", True, False, True),
+    ("0.0.0.0", False, True, False),
+])
+def test_exposure_warning(host, share, has_auth, warns):
+    message = app.exposure_warning(host, share, has_auth)
+    assert (message is not None) == warns
+    if warns:
+        assert "NO authentication" in message and "--auth" in message
+
+
+def test_logins_from_flag_and_file(tmp_path):
+    path = tmp_path / "logins"
+    path.write_text("# comment\n\nalice:wonder:land\nbob:builder\n")
+    assert app.read_auth("carol:pw", str(path)) == [("carol", "pw"), ("alice", "wonder:land"), ("bob", "builder")]
+    assert app.read_auth(None, None) == []
+
+
+@pytest.mark.parametrize("entry", ["nocolon", ":pw", "user:"])
+def test_bad_login_entries_are_refused(entry):
+    with pytest.raises(SystemExit, match="USER:PASS"):
+        app.read_auth(entry, None)
+
+
+def test_missing_login_file_is_explained(tmp_path):
+    with pytest.raises(SystemExit, match="Can't read --auth-file"):
+        app.read_auth(None, str(tmp_path / "nope"))
