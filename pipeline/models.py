@@ -179,6 +179,28 @@ def torch_dtype(precision: str):
     return torch.bfloat16 if precision == "bf16" else torch.float32
 
 
+def gpu_count() -> int:
+    """CUDA GPUs this process can see (0 on a CPU machine)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_processes(nproc, gpus: int) -> int:
+    """How many training processes to launch: 1 on a CPU or single-GPU machine, up to one per GPU.
+
+    >>> check_processes(2.0, gpus=4)
+    2
+    >>> check_processes(3, gpus=2)
+    Traceback (most recent call last):
+    ValueError: 3 processes asked for, but this machine has 2 GPUs: use 1 to 2.
+    """
+    n = int(nproc or 1)
+    if n < 1 or (n > 1 and n > gpus):
+        raise ValueError(f"{n} processes asked for, but this machine has {gpus} GPUs: use 1 to {max(gpus, 1)}.")
+    return n
+
+
 def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 

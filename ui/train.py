@@ -19,7 +19,7 @@ from pipeline.config import (
     field_help,
 )
 from pipeline.data import DatasetError, load_rows, read_table
-from pipeline.models import catalog_choices
+from pipeline.models import catalog_choices, check_processes, gpu_count
 from pipeline.rewards import reward_registry
 from ui import views
 from ui.form import HYPER_FIELDS, REWARD_COLUMNS, SOURCES, config_to_form, form_to_config, reward_rows
@@ -134,7 +134,7 @@ def run_preflight(allow_custom: bool, *values, progress=gr.Progress()):
     return "\n\n".join(lines + [f"**{verdict}**"])
 
 
-def show_command(allow_custom: bool, *values):
+def show_command(allow_custom: bool, nproc, *values):
     try:
         cfg = build_config(*values)
     except ConfigError as exc:
@@ -142,20 +142,22 @@ def show_command(allow_custom: bool, *values):
     placeholder = runs.runs_dir() / "NEW-RUN"
     single = runner.command_preview(runner.train_command(placeholder, allow_custom_rewards=allow_custom,
                                                          python=".venv/bin/python"))
-    multi = runner.command_preview(runner.train_command(placeholder, nproc=2, allow_custom_rewards=allow_custom,
-                                                        python=".venv/bin/python"))
+    multi = runner.command_preview(runner.train_command(placeholder, nproc=max(int(nproc or 1), 2),
+                                                        allow_custom_rewards=allow_custom, python=".venv/bin/python"))
     summary = (f"# {cfg.max_steps} steps, G={cfg.num_generations}, {cfg.max_completion_length} completion tokens, "
                f"rewards: {', '.join(r.name for r in cfg.rewards) or 'none'}")
     return (f"{summary}\n# 1. save this as {placeholder}/config.json\n# 2. run it headless:\n{single}\n"
             f"# ...or on 2 processes / GPUs:\n{multi}\n\n# config.json\n{cfg.to_json()}")
 
 
-def start_training(allow_custom: bool, *values):
+def start_training(allow_custom: bool, nproc, *values):
     try:
         cfg = build_config(*values)
+        processes = check_processes(nproc, gpu_count())
         label = Path(cfg.model).name.replace("SmolLM2-135M-Instruct", "smollm2") + "-" + cfg.dataset.source
-        run_dir = runner.start_run(cfg, label=label, allow_custom_rewards=allow_custom)
-    except (ConfigError, runner.RunnerError, OSError) as exc:
+        # More than one process: the same entry point under torchrun, one rank per GPU.
+        run_dir = runner.start_run(cfg, label=label, nproc=processes, allow_custom_rewards=allow_custom)
+    except (ConfigError, runner.RunnerError, OSError, ValueError) as exc:
         return gr.Dropdown(), f"❌ {exc}"
     return (gr.Dropdown(choices=run_names(), value=run_dir.name),
             f"▶ Started **{run_dir.name}**. The first step appears after the model loads and one group is sampled.")
@@ -319,6 +321,10 @@ def build(allow_custom: bool = False) -> None:
                     for name in HYPER_FIELDS:
                         hyper.append(hyper_component(name, defaults[name]))
 
+                gpus = gpu_count()
+                nproc = gr.Slider(1, max(gpus, 2), value=max(gpus, 1), step=1, visible=gpus > 1,
+                                  label=f"Processes (one per GPU; {gpus} visible)",
+                                  info="More than one starts the same trainer under torchrun (data parallel).")
                 with gr.Row():
                     check_btn = gr.Button("Pre-flight check")
                     cmd_btn = gr.Button("Show command")
@@ -380,8 +386,8 @@ def build(allow_custom: bool = False) -> None:
         preview_btn.click(preview_dataset, form, preview, concurrency_id="model", concurrency_limit=1)
         preset.change(fill_preset, preset, hyper)
         check_btn.click(run_preflight, [allow, *form], message, concurrency_id="model", concurrency_limit=1)
-        cmd_btn.click(show_command, [allow, *form], command)
-        start_btn.click(start_training, [allow, *form], [run_select, message], concurrency_limit=1,
+        cmd_btn.click(show_command, [allow, nproc, *form], command)
+        start_btn.click(start_training, [allow, nproc, *form], [run_select, message], concurrency_limit=1,
                         concurrency_id="start").then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
         stop_btn.click(stop_training, run_select, message)

@@ -71,3 +71,23 @@ def serve_app(*flags: str):
     import app
 
     return app.serve(app.parse_args(["--port", str(free_port()), *flags]), prevent_thread_lock=True)
+
+
+def start_app_process(port: int, *flags: str, log_path: Path | None = None) -> subprocess.Popen:
+    """`python app.py` as a separate process (as `make run` starts it); waits until it answers."""
+    import urllib.request
+
+    log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), *flags], cwd=ROOT, env=os.environ.copy(),
+                            stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError("the app exited early")
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError("the app did not start in 120 s")
