@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import sys
 from pathlib import Path
 
@@ -74,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="Allow rewards written as Python in the UI (arbitrary code; it runs only in the trainer "
                              "and scoring subprocesses, never in this server).")
     parser.add_argument("--max-upload-mb", type=int, default=50, help="Largest accepted upload (default 50 MB).")
+    parser.add_argument("--lancedb-uri", metavar="URI",
+                        help="RAG database (default <data>/lancedb); e.g. s3://bucket/path on object storage.")
     parser.add_argument("--queue-size", type=int, default=64,
                         help="Requests that may wait in the queue; more get a 'busy' answer at once.")
     return parser.parse_args(argv)
@@ -93,6 +96,8 @@ def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
     from pipeline.runs import data_dir
 
     auth = read_auth(args.auth, args.auth_file)
+    if getattr(args, "lancedb_uri", None):
+        os.environ["GRPO_STUDIO_LANCEDB_URI"] = args.lancedb_uri
     warning = exposure_warning(args.host, args.share, bool(auth))
     if warning:
         print(warning, file=sys.stderr, flush=True)

@@ -133,6 +133,18 @@ class ChatModelError(RuntimeError):
     """A chat model that can't be used; the message says why."""
 
 
+def generation_error_message(exc: BaseException) -> str:
+    """What the Chat and RAG tabs show when loading or generating fails (the app keeps serving)."""
+    from pipeline.models import is_out_of_memory, out_of_memory_message
+
+    if isinstance(exc, ChatModelError):
+        return f"⚠️ {exc}"
+    if is_out_of_memory(exc):
+        return "⚠️ " + out_of_memory_message("loading the model or generating", "Lower max new tokens, pick a "
+                                             "smaller model, or close the other chat; the app keeps running.")
+    return f"⚠️ Generation failed: {type(exc).__name__}: {exc}"
+
+
 def run_for_choice(choice: str) -> Path | None:
     """The run directory behind a run/checkpoint choice (validated: only existing runs)."""
     if choice.startswith(RUN_PREFIX):

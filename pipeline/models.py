@@ -179,6 +179,26 @@ def torch_dtype(precision: str):
     return torch.bfloat16 if precision == "bf16" else torch.float32
 
 
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for CUDA OOM (torch.OutOfMemoryError), a failed CPU allocation, or Python's MemoryError.
+
+    >>> is_out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 bytes"))
+    True
+    >>> is_out_of_memory(ValueError("bad value"))
+    False
+    """
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MARKERS)
+
+
+def out_of_memory_message(doing: str, advice: str) -> str:
+    return f"Out of memory while {doing}. {advice}"
+
+
 def gpu_count() -> int:
     """CUDA GPUs this process can see (0 on a CPU machine)."""
     import torch

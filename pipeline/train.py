@@ -411,9 +411,14 @@ def main(argv: list[str] | None = None) -> int:
             runs.write_status(run_dir, "stopped", ended_at=time.time(), error="Interrupted before a clean save.")
         return 130
     except Exception as exc:  # noqa: BLE001 - every failure ends in status.json, with the traceback in the log
-        from pipeline.models import ModelError
+        from pipeline.models import ModelError, is_out_of_memory, out_of_memory_message
 
-        message = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
+        if is_out_of_memory(exc):
+            message = out_of_memory_message(
+                "training", "Try a smaller group size G or batch, shorter completions (max completion tokens), "
+                "a smaller model, or a GPU with bf16. Resume continues from the last complete checkpoint.")
+        else:
+            message = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
         log.error("Training failed:\n%s", traceback.format_exc())
     log.error("Run failed: %s", message)
     if is_main_rank():

@@ -5,6 +5,7 @@ embedder changes (so vector sizes never mix)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -138,9 +139,13 @@ class MovieStore:
 
     def __init__(self, uri: str | Path | None = None, table_name: str = TABLE_NAME):
         if uri is None:
-            from pipeline.runs import data_dir
+            # GRPO_STUDIO_LANCEDB_URI points RAG at another database, e.g. s3://bucket/movies (LanceDB reads
+            # the usual AWS_* / GOOGLE_* / AZURE_* credentials from the environment).
+            uri = os.environ.get("GRPO_STUDIO_LANCEDB_URI", "").strip()
+            if not uri:
+                from pipeline.runs import data_dir
 
-            uri = data_dir() / "lancedb"
+                uri = data_dir() / "lancedb"
         self.uri = str(uri)
         self.table_name = table_name
         self._db = None

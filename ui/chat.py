@@ -13,7 +13,9 @@ import gradio as gr
 
 from pipeline import runs
 from pipeline.config import BUNDLED_MODEL_ID, RunConfig
-from pipeline.generate import ChatModelError, ModelCache, chat_choices, run_for_choice, stream_chat
+from pipeline.generate import (
+    ChatModelError, ModelCache, chat_choices, generation_error_message, run_for_choice, stream_chat,
+)
 from pipeline.rewards import build_rewards, score
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -81,10 +83,8 @@ def make_handlers(cache: ModelCache):
                 for text in stream_chat(model, tok, msgs, max_new_tokens=int(max_tokens),
                                         temperature=float(temperature), top_p=float(top_p), stop=stop):
                     updates.put((key, text))
-            except ChatModelError as exc:
-                updates.put((key, f"⚠️ {exc}"))
             except Exception as exc:  # noqa: BLE001 - shown in the chat, never a stack trace
-                updates.put((key, f"⚠️ Generation failed: {type(exc).__name__}: {exc}"))
+                updates.put((key, generation_error_message(exc)))
             finally:
                 updates.put((key, None))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import gradio as gr
 
 from pipeline import runs
-from pipeline.generate import ChatModelError, ModelCache, chat_choices
+from pipeline.generate import ModelCache, chat_choices, generation_error_message
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
 from retrieval.search import MAX_TOP_K, Hit, SearchError, SearchFilters, search
@@ -123,11 +123,8 @@ def make_handlers(store: MovieStore, cache: ModelCache):
                                         temperature=float(temperature), repetition_penalty=float(penalty),
                                         stop=stop):
                 yield gr.skip(), gr.skip(), answer, gr.skip(), gr.skip()
-        except ChatModelError as exc:
-            yield gr.skip(), gr.skip(), f"⚠️ {exc}", "", gr.skip()
-            return
         except Exception as exc:  # noqa: BLE001 - shown in the tab, never a stack trace
-            yield gr.skip(), gr.skip(), f"⚠️ Generation failed: {type(exc).__name__}: {exc}", "", gr.skip()
+            yield gr.skip(), gr.skip(), generation_error_message(exc), "", gr.skip()
             return
         finally:
             stop.set()  # Stop pressed or page closed: end generation

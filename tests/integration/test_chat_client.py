@@ -38,3 +38,26 @@ def test_reply_streams_and_sessions_stay_apart(url):
         reply = [m for m in hist_a if m["role"] == "assistant"][-1]
         assert str(reply["content"]).strip() and "⚠️" not in str(reply["content"])
         assert hist_b == []
+
+
+def test_a_broken_model_gets_a_message_and_the_app_keeps_serving(url):
+    """A run whose merged model is garbage: the chat says why, and the next chat still works."""
+    from gradio_client import Client
+
+    from pipeline import runs
+
+    run = runs.runs_dir() / "broken-model-run"
+    (run / "merged").mkdir(parents=True, exist_ok=True)
+    (run / "config.json").write_text('{"model": "bundled/SmolLM2-135M-Instruct"}')
+    (run / "merged" / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    client = Client(url, verbose=False)
+    base = "bundled/SmolLM2-135M-Instruct"
+    client.predict(base, base, api_name="/load_choices")
+    hist_a, _, _ = client.predict("Hello?", [], [], "run:broken-model-run", base, False, "", 8, 0.0, 1.0,
+                                  api_name="/respond")
+    from ui.chat import content_text
+
+    reply = content_text(hist_a[-1]["content"])
+    assert reply.startswith("⚠️ Could not load") and "no-such-architecture" in reply
+    updates, hist_a, _ = _chat(url, "Name one fruit.")
+    assert content_text(hist_a[-1]["content"]).strip() and not content_text(hist_a[-1]["content"]).startswith("⚠️")

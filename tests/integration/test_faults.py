@@ -96,3 +96,37 @@ def test_vllm_without_a_gpu_fails_with_a_clear_message(bundled_model_dir):
     proc = run(run_dir)
     assert proc.returncode == 1
     assert "use_vllm needs a CUDA GPU and the vllm package" in status(run_dir)["error"]
+
+
+def test_sigkill_during_a_checkpoint_save_never_leaves_a_usable_half_checkpoint(bundled_model_dir):
+    """Kill the trainer while it is writing a checkpoint (caught in the act: folder there, marker not yet)."""
+    import time
+
+    run_dir = make_run("kill-save", max_steps=60, save_steps=1)
+    proc = start(run_dir)
+    caught = None
+    deadline = time.time() + 420
+    while time.time() < deadline and caught is None and proc.poll() is None:
+        complete = set(runs.checkpoints(run_dir))
+        for ckpt in runs.checkpoints(run_dir, complete_only=False):
+            if ckpt not in complete and runs.checkpoint_step(ckpt) >= 2:
+                os.killpg(proc.pid, signal.SIGKILL)
+                caught = ckpt
+                break
+        time.sleep(0.005)
+    proc.wait(timeout=30)
+    assert caught is not None, "never saw a checkpoint being written"
+    assert not (caught / runs.CHECKPOINT_MARKER).exists()
+    st = status(run_dir)
+    assert st["state"] == "failed" and "exited without reporting" in st["error"]
+    assert runs.log_tail(run_dir, 5).strip()  # the log tail the UI shows next to the error
+
+    last = runs.last_complete_checkpoint(run_dir)
+    assert last is not None and runs.checkpoint_step(last) < runs.checkpoint_step(caught)
+    resume_step = runs.checkpoint_step(last)
+    runs.read_metrics(run_dir)  # readable whatever the kill left at the end
+    proc = run(run_dir, "--resume", "--steps", str(resume_step + 1))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not caught.exists() or (caught / runs.CHECKPOINT_MARKER).exists()
+    assert f"Resuming from checkpoint-{resume_step}" in (run_dir / "train.log").read_text()
+    assert [r["step"] for r in runs.read_metrics(run_dir)][-1] == resume_step + 1

@@ -38,3 +38,21 @@ def test_unreachable_hub_id_fails_in_seconds_and_names_offline_default(monkeypat
 def test_folder_without_config(tmp_path):
     with pytest.raises(ModelError, match="no config.json"):
         resolve_model(str(tmp_path))
+
+
+def test_a_real_failed_allocation_reads_as_out_of_memory():
+    import torch
+
+    from pipeline.generate import generation_error_message
+    from pipeline.models import is_out_of_memory
+
+    try:
+        torch.empty(10**14, dtype=torch.uint8)  # 100 TB: the allocator refuses at once
+    except RuntimeError as exc:
+        error = exc
+    else:  # pragma: no cover - a machine with 100 TB of memory
+        pytest.skip("the allocation succeeded")
+    assert is_out_of_memory(error)
+    message = generation_error_message(error)
+    assert message.startswith("⚠️ Out of memory") and "keeps running" in message
+    assert generation_error_message(ValueError("x")) == "⚠️ Generation failed: ValueError: x"
