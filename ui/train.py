@@ -35,6 +35,7 @@ LABELS = {
     "precision": "Precision", "gradient_checkpointing": "Gradient checkpointing", "reward_errors": "On reward errors",
     "reward_timeout_s": "Reward timeout (s)",
 }
+UPLOAD_TYPES = [".csv", ".jsonl", ".json"]
 RUN_COLUMNS = ["run", "state", "model", "dataset", "rewards", "step", "max_steps", "final_reward", "duration_s"]
 
 
@@ -79,6 +80,9 @@ def store_upload(file_path: str | None) -> tuple[str, gr.Dropdown, gr.Dropdown, 
     if not file_path:
         return "", gr.Dropdown(choices=[]), gr.Dropdown(choices=[]), ""
     src = Path(file_path)
+    if src.suffix.lower() not in UPLOAD_TYPES:
+        return "", gr.Dropdown(choices=[]), gr.Dropdown(choices=[]), (
+            f"❌ {src.name}: use a {', '.join(UPLOAD_TYPES)} file.")
     dest_dir = runs.data_dir() / "uploads"
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / f"{uuid.uuid4().hex[:8]}-{src.name}"
@@ -290,7 +294,7 @@ def build(allow_custom: bool = False) -> None:
                 model_custom = gr.Textbox(label="…or a hub id / local folder", placeholder="org/name or /path/to/model")
                 source = gr.Radio(list(SOURCES), value="TL;DR (bundled)", label="Prompts")
                 with gr.Group(visible=False) as file_box:
-                    upload = gr.File(label="CSV / JSONL / JSON", file_types=[".csv", ".jsonl", ".json"],
+                    upload = gr.File(label="CSV / JSONL / JSON", file_types=UPLOAD_TYPES,
                                      type="filepath")
                     upload_msg = gr.Markdown()
                     with gr.Row():

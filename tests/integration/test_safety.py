@@ -159,3 +159,36 @@ def test_export_zip_is_downloadable(app_url, studio_data):
     files, message, _ = client.predict("run:exported-run", api_name="/export_run")
     assert "Exported" in message and len(files) == 2
     assert all(f.endswith(".zip") for f in files)
+
+
+@pytest.mark.parametrize("api_name", ["/store_upload", "/receive_upload"])
+def test_unexpected_file_types_are_refused_and_not_stored(app_url, tmp_path, api_name):
+    from gradio_client import Client, handle_file
+
+    uploads = runs.data_dir() / "uploads"
+    before = set(uploads.iterdir()) if uploads.exists() else set()
+    payload = tmp_path / "films.exe"
+    payload.write_bytes(b"MZ\x90\x00not a table")
+    client = Client(app_url, verbose=False)
+    try:
+        out = client.predict(handle_file(str(payload)), api_name=api_name)
+    except Exception as exc:  # Gradio's own file-type check may refuse it first
+        assert "type" in str(exc).lower() or "error" in str(exc).lower()
+    else:
+        messages = [o for o in out if isinstance(o, str) and "films.exe" in o]
+        assert messages and ".csv" in messages[0]
+    after = set(uploads.iterdir()) if uploads.exists() else set()
+    assert after == before
+
+
+def test_accepted_upload_is_stored_under_the_data_directory(app_url, tmp_path):
+    from gradio_client import Client, handle_file
+
+    films = tmp_path / "my films.csv"
+    films.write_text("Title,Release Year,Plot\nPaper Moons,2001,A forger fakes the moon. Nobody notices.\n")
+    out = Client(app_url, verbose=False).predict(handle_file(str(films)), api_name="/receive_upload")
+    # gr.State stays on the server: the client gets the message and the column pickers, never a path.
+    assert not any(isinstance(o, str) and str(runs.data_dir()) in o for o in out)
+    assert any(isinstance(o, str) and "3 columns" in o for o in out)
+    uploads = runs.data_dir() / "uploads"
+    assert any(p.suffix == ".csv" and p.read_text().startswith("Title,") for p in uploads.iterdir())
