@@ -22,7 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
-STATES = ("queued", "running", "finished", "failed", "stopped")
+STATES = ("new", "queued", "running", "finished", "failed", "stopped")  # "new": a config, never started
+QUEUED_GRACE_S = 120  # a launch that wrote "queued" but no launcher record by then never started
 ACTIVE_STATES = ("queued", "running")
 CHECKPOINT_MARKER = ".complete"
 LAUNCHER_FILE = "launcher.json"  # pid of the process the app started (torchrun or the trainer itself)
@@ -189,13 +190,19 @@ def launcher(run_dir: str | Path) -> dict | None:
 def read_status(run_dir: str | Path) -> dict:
     """status.json, corrected for a trainer that died without saying so (SIGKILL, OOM killer)."""
     run_dir = Path(run_dir)
-    status = _read_json(run_dir / "status.json") or {"state": "queued" if (run_dir / "config.json").exists() else "failed"}
+    status = _read_json(run_dir / "status.json")
+    if status is None:
+        # A folder with a config that no trainer ever started (a template, a copied run): not active.
+        exists = (run_dir / "config.json").exists()
+        return {"state": "new"} if exists else {"state": "failed", "error": "This run folder has no config.json."}
     state = status.get("state")
     if state == "running":
         alive = _process_alive(status.get("pid"), status.get("pid_create_time"))
     elif state == "queued" and launcher(run_dir):
         info = launcher(run_dir) or {}
         alive = _process_alive(info.get("pid"), info.get("create_time"))
+    elif state == "queued":
+        alive = time.time() - float(status.get("queued_at") or 0) < QUEUED_GRACE_S
     else:
         alive = True
     if not alive:

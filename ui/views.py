@@ -63,7 +63,7 @@ def _fmt_seconds(s) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-STATE_COLORS = {"running": "#2563eb", "queued": "#6b7280", "finished": "#16a34a", "stopped": "#d97706",
+STATE_COLORS = {"running": "#2563eb", "queued": "#6b7280", "new": "#9ca3af", "finished": "#16a34a", "stopped": "#d97706",
                 "failed": "#dc2626"}
 
 

@@ -2,41 +2,20 @@
 
 import os
 import shutil
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.integration.helpers import free_port, start_app_process
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_app(port: int, *extra: str) -> subprocess.Popen:
-    log = open(ARTIFACTS / f"app-{port}.log", "ab")
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), *extra], cwd=ROOT,
-                            env=os.environ.copy(), stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
-            return proc
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(f"app exited early, see {log.name}")
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("app did not start in 120 s")
+    return start_app_process(port, *extra, log_path=ARTIFACTS / f"app-{port}.log")
 
 
 @pytest.fixture(scope="session")

@@ -62,3 +62,24 @@ def test_run_listing_and_delete_guard(tmp_path):
         runs.delete_run(tmp_path)
     runs.delete_run(run)
     assert not run.exists()
+
+
+def test_a_run_folder_that_was_never_started_does_not_block_training(tmp_path):
+    from pipeline.config import RunConfig
+    from pipeline.runner import active_run
+
+    run_dir = runs.new_run_dir("template-only")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
+    assert runs.read_status(run_dir)["state"] == "new"
+    assert active_run() != run_dir
+
+
+def test_a_launch_that_never_started_reads_as_failed_after_a_grace_period():
+    import time
+
+    run_dir = runs.new_run_dir("stuck-queued")
+    runs.write_status(run_dir, "queued", queued_at=time.time())
+    assert runs.read_status(run_dir)["state"] == "queued"  # just launched: give it time
+    runs.write_status(run_dir, "queued", queued_at=time.time() - runs.QUEUED_GRACE_S - 1)
+    status = runs.read_status(run_dir)
+    assert status["state"] == "failed" and "exited without reporting" in status["error"]
