@@ -176,10 +176,12 @@ def rows_from_frame(frame, mapping: dict[str, str | None], source: str, skip_bad
 
 
 def read_movies_file(path: str | Path, mapping: dict[str, str | None] | None = None,
-                     skip_bad: bool = True, max_rows: int | None = None) -> tuple[list[Movie], list[str]]:
+                     skip_bad: bool = True, max_rows: int | None = None,
+                     display_name: str | None = None) -> tuple[list[Movie], list[str]]:
+    """Movies from a file; messages name it `display_name` (the user's file name for a stored upload)."""
     frame = read_table(path, max_rows)
     mapping = mapping or guess_mapping([str(c) for c in frame.columns])
-    return rows_from_frame(frame, mapping, Path(path).name, skip_bad=skip_bad)
+    return rows_from_frame(frame, mapping, display_name or Path(path).name, skip_bad=skip_bad)
 
 
 def read_wiki_plots(max_rows: int = 2000) -> tuple[list[Movie], list[str]]:

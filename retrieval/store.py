@@ -214,6 +214,8 @@ class MovieStore:
             if current is not None and wanted != current:
                 self._rebuild_locked(wanted, progress)
             func = embedding_function(wanted)
+            progress(0, len(movies), "Loading the embedder")
+            func.ndims()  # loads the model once per process (several seconds the first time)
             table = self.table()
             if table is None:
                 table = self.db().create_table(self.table_name, schema=movie_schema(func), exist_ok=True)

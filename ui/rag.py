@@ -182,20 +182,22 @@ def make_table_handlers(store: MovieStore):
         columns = [str(c) for c in frame.columns]
         guess = movie_data.guess_mapping(columns)
         drops = [gr.Dropdown(choices=[""] + columns, value=guess.get(field) or "") for field, _ in MAP_FIELDS]
-        return str(dest), f"{src.name}: {len(columns)} columns. Check the mapping, then add the films.", *drops
+        return ({"path": str(dest), "name": src.name},
+                f"{src.name}: {len(columns)} columns. Check the mapping, then add the films.", *drops)
 
     def add_upload(stored, embedder, *mapping_values, progress=gr.Progress()):
         if not stored:
             return ("Upload a CSV first.", *table_state(store))
         mapping = {field: (value or None) for (field, _), value in zip(MAP_FIELDS, mapping_values)}
         try:
-            movies, problems = movie_data.read_movies_file(stored, mapping, skip_bad=True)
+            movies, problems = movie_data.read_movies_file(stored["path"], mapping, skip_bad=True,
+                                                           display_name=stored["name"])
             report = store.upsert(movies, embedder=embedder, progress=_progress_fn(progress))
         except (StoreError, movie_data.MovieDataError) as exc:
             return (f"⚠️ {exc}", *table_state(store))
         note = ""
         if problems:
-            note = f"\n\n{len(problems)} rows skipped, e.g. {problems[0]}"
+            note = f"\n\n{len(problems)} row{'s' if len(problems) > 1 else ''} skipped, e.g. {problems[0]}"
         return (f"✓ Upload: {report.summary()}{note}", *table_state(store))
 
     def add_wiki(max_rows, embedder, progress=gr.Progress()):

@@ -63,3 +63,30 @@ def test_hostile_filter_values_are_refused_not_run(page, app_url):
     year_max.press("Tab")
     page.locator("#rag-search").click()
     expect(page.locator("#rag-results")).to_contain_text("swap them", timeout=240_000)
+
+
+def test_upload_own_films_then_find_one(page, app_url, tmp_path):
+    films = tmp_path / "my_films.csv"
+    films.write_text("Title,Release Year,Plot,Genre\n"
+                     "Paper Moons,2001,A forger fakes the moon landing on a soundstage. Nobody notices for "
+                     "thirty years.,Comedy\n"
+                     "Bad Row,19x9,Broken year. Still broken.,Drama\n", encoding="utf-8")
+    page.goto(app_url)
+    page.get_by_role("tab", name="RAG").click()
+    page.locator("span:has-text('Movie table')").last.click()
+    with page.expect_file_chooser() as chooser:
+        page.get_by_text("Click to Upload").click()
+    chooser.value.set_files(str(films))
+    expect(page.get_by_text("my_films.csv: 4 columns")).to_be_visible(timeout=60_000)
+    page.get_by_role("button", name="Add these films").click()
+    expect(page.get_by_text("1 added")).to_be_visible(timeout=240_000)
+    expect(page.get_by_text("my_films.csv row 3: release year '19x9' is not a number")).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "rag-03-upload.png"), full_page=True)
+
+    page.locator("#rag-query textarea").fill("a faked moon landing")
+    for selector, value in (("#rag-year-min input", "2000"), ("#rag-year-max input", "2002")):
+        page.locator(selector).fill(value)
+        page.locator(selector).press("Tab")
+    page.locator("#rag-search").click()
+    first = page.locator("#rag-results-table tr").nth(1)
+    expect(first).to_contain_text("Paper Moons", timeout=120_000)
