@@ -29,7 +29,7 @@ def test_year_filtered_query_shows_results_and_streams_an_answer(page, app_url):
     years = [int(rows.nth(i).locator("td").nth(2).inner_text()) for i in range(1, 6)]
     assert all(year <= 1989 for year in years), years
     expect(page.locator("#rag-results")).to_contain_text("released up to 1989")
-    expect(page.locator("#rag-status")).to_contain_text("330 films")
+    expect(page.locator("#rag-status")).to_contain_text(re.compile(r"\d{3,} films"))
 
     # The answer streams: seen at several growing lengths.
     answer = page.locator("#rag-answer-text")

@@ -121,7 +121,8 @@ def test_hostile_rag_filters_through_the_app_never_widen(app_url):
                                             "vector", api_name="/do_search")
     rows = result_rows(table_html)
     assert len(rows) >= 5 and all(1950 <= y <= 1959 and g == "Thriller" for _, y, g in rows)
-    assert "330 films" in status
+    # At least the bundled films (other tests in the session may have added their own).
+    assert int(__import__("re").search(r"(\d+) films", status).group(1)) >= 330
 
     for genre in HOSTILE:
         try:
