@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 
 
-def build_app(allow_custom_rewards: bool = False):
+def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None):
     import gradio as gr
 
     from pipeline.generate import ModelCache
@@ -19,7 +18,7 @@ def build_app(allow_custom_rewards: bool = False):
     from ui import chat, rag, reward_bench, train
 
     cache = ModelCache(capacity=2)  # shared by Chat and RAG: at most two models in memory
-    store = MovieStore()  # the movie-plot table under <data>/lancedb, shared by every session
+    store = MovieStore(lancedb_uri)  # the movie-plot table (default <data>/lancedb), shared by every session
     with gr.Blocks(title="GRPO Studio") as demo:
         gr.Markdown("# GRPO Studio\nFine-tune a small model with GRPO and watch why it moves: every group, "
                     "every reward, every advantage.")
@@ -96,12 +95,10 @@ def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
     from pipeline.runs import data_dir
 
     auth = read_auth(args.auth, args.auth_file)
-    if getattr(args, "lancedb_uri", None):
-        os.environ["GRPO_STUDIO_LANCEDB_URI"] = args.lancedb_uri
     warning = exposure_warning(args.host, args.share, bool(auth))
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    demo = build_app(args.allow_custom_rewards)
+    demo = build_app(args.allow_custom_rewards, args.lancedb_uri)
     demo.queue(default_concurrency_limit=4, max_size=args.queue_size)
     # Export zips are the only files a handler returns: Gradio copies them from <data>/exports into its cache.
     # Everything else under the data directory (runs, uploads, models, LanceDB) is never served.

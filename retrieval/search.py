@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from retrieval.movies import YEAR_RANGE
+from retrieval.movies import FIELDS, YEAR_RANGE, Movie
 
 MAX_TOP_K = 50
 MAX_QUERY_CHARS = 2000
 MODES = ("vector", "hybrid")
-RESULT_COLUMNS = ["id", "title", "release_year", "genre", "director", "plot"]
+RESULT_COLUMNS = list(FIELDS)
 
 
 class SearchError(ValueError):
@@ -111,14 +111,10 @@ class SearchFilters:
 
 
 @dataclass(frozen=True)
-class Hit:
-    id: int
-    title: str
-    release_year: int
-    genre: str
-    director: str
-    plot: str
-    distance: float          # cosine distance (vector mode; smaller is closer) or fused relevance (hybrid)
+class Hit(Movie):
+    """A film found by a search, with how close it is to the query."""
+
+    distance: float = 0.0    # cosine distance (vector mode; smaller is closer) or fused relevance (hybrid)
     metric: str = "distance"
 
     @property
@@ -161,7 +157,6 @@ def search(table, query: str, filters: SearchFilters, mode: str = "vector") -> l
         raise SearchError(f"Search mode must be one of {', '.join(MODES)}.")
     text = check_query(query)
     rows = build_query(table, text, filters, mode).to_list()
-    return [Hit(id=r["id"], title=r["title"], release_year=r["release_year"], genre=r["genre"],
-                director=r["director"], plot=r["plot"],
+    return [Hit(**{f: r[f] for f in FIELDS},
                 distance=float(r["_distance"] if "_distance" in r else r.get("_relevance_score") or 0.0),
                 metric="distance" if "_distance" in r else "relevance") for r in rows]

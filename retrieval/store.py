@@ -152,6 +152,8 @@ class MovieStore:
         self._table = None
         self._write_lock = threading.Lock()
         self._open_lock = threading.Lock()
+        # (table, version, info): every search asks for the genres; recomputed only after a write or rebuild.
+        self._info: tuple[object, int, StoreInfo] | None = None
 
     # ---- opening -------------------------------------------------------------------------------
 
@@ -189,15 +191,21 @@ class MovieStore:
         table = self.table()
         if table is None:
             return StoreInfo(uri=self.uri)
+        version = table.version
+        cached = self._info
+        if cached is not None and cached[0] is table and cached[1] == version:
+            return cached[2]
         import pyarrow.compute as pc
 
         rows = table.count_rows()
         cols = table.search().select(["genre", "release_year"]).limit(max(rows, 1)).to_arrow()
         years = cols["release_year"]
-        return StoreInfo(rows=rows, embedder=self.embedder_name(), dims=table.schema.field("vector").type.list_size,
+        info = StoreInfo(rows=rows, embedder=self.embedder_name(), dims=table.schema.field("vector").type.list_size,
                          genres=sorted(pc.unique(cols["genre"]).to_pylist()) if rows else [],
                          year_min=pc.min(years).as_py() if rows else None,
                          year_max=pc.max(years).as_py() if rows else None, uri=self.uri)
+        self._info = (table, version, info)
+        return info
 
     # ---- writing -------------------------------------------------------------------------------
 
