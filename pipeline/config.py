@@ -123,9 +123,24 @@ class RunConfig:
     scale_rewards: bool = field(
         default=True, metadata=_help("Divide by the group std (GRPO). Off = Dr. GRPO style, mean-centred only.")
     )
+    mask_truncated_completions: bool = field(
+        default=False,
+        metadata=_help("Leave completions that hit the token cap out of the loss (TRL option): a cut-off answer "
+                       "has no ending to judge, so it neither pushes up nor down."),
+    )
     max_grad_norm: float = field(default=1.0, metadata=_help("Gradient clipping norm."))
     warmup_steps: int = field(default=0, metadata=_help("Linear learning-rate warm-up steps."))
     seed: int = field(default=42, metadata=_help("Seeds sampling, data order and the eval split."))
+
+    # Watching it learn
+    probe_every: int = field(
+        default=5,
+        metadata=_help("Every N steps, answer the probe prompts greedily and score them with the run's rewards "
+                       "(step 0 is the base model). 0 turns probes off."),
+    )
+    probe_prompts: int = field(
+        default=4, metadata=_help("How many held-out prompts to probe: never trained on, the same ones every time."),
+    )
 
     # Runtime
     save_steps: int = field(default=10, metadata=_help("Write a resumable checkpoint every N steps."))
@@ -237,6 +252,8 @@ class RunConfig:
             out.append("LoRA dropout must be in [0, 1).")
         if not re.fullmatch(r"all-linear|[A-Za-z0-9_.]+(\s*,\s*[A-Za-z0-9_.]+)*", self.lora_target_modules.strip()):
             out.append("LoRA target modules: 'all-linear' or a comma list such as 'q_proj,v_proj'.")
+        if self.probe_every < 0 or self.probe_prompts < 0:
+            out.append("probe_every and probe_prompts cannot be negative (0 turns probes off).")
         if self.save_steps < 1:
             out.append("save_steps must be at least 1.")
         if self.gradient_accumulation_steps < 1:

@@ -19,7 +19,9 @@ from pipeline.config import DatasetSpec
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 TLDR_PATH = ASSETS / "prompts" / "tldr.jsonl"
 
-TLDR_SYSTEM = "You write TL;DRs. Reply with one short sentence that keeps the main point of the post."
+# The instruction goes in the user turn, after the post: the 135M model follows a system prompt weakly
+# and, with the instruction only there, often answers as if asked to edit the post (issue 10).
+TLDR_INSTRUCTION = "TL;DR of the post above, in one short sentence:"
 ARITHMETIC_SYSTEM = (
     "Solve the problem. Think briefly inside <think></think>, then give only the final number "
     "inside <answer></answer>."
@@ -42,13 +44,20 @@ def chat(user: str, system: str = "") -> list[dict[str, str]]:
 # ---- bundled TL;DR -----------------------------------------------------------------------------
 
 
+def tldr_prompt(post: str) -> str:
+    """The user turn for one post: the post, then the instruction."""
+    return f"{post}\n\n{TLDR_INSTRUCTION}"
+
+
+def tldr_posts() -> list[dict]:
+    """The bundled posts: id, kind, title, text."""
+    return [json.loads(line) for line in TLDR_PATH.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def tldr_rows(system_prompt: str = "") -> list[dict]:
-    rows = []
-    for i, line in enumerate(TLDR_PATH.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            post = json.loads(line)
-            rows.append({"prompt": chat(post["text"], system_prompt or TLDR_SYSTEM), "id": post["id"]})
-    return rows
+    # "source" keeps the bare post so a task metric can compare the answer with it.
+    return [{"prompt": chat(tldr_prompt(post["text"]), system_prompt), "id": post["id"], "source": post["text"]}
+            for post in tldr_posts()]
 
 
 # ---- bundled Arithmetic ------------------------------------------------------------------------

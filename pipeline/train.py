@@ -232,6 +232,7 @@ def grpo_args(cfg: RunConfig, run_dir: Path, device: str, precision: str):
         epsilon=cfg.epsilon,
         loss_type=cfg.loss_type,
         scale_rewards="group" if cfg.scale_rewards else "none",
+        mask_truncated_completions=cfg.mask_truncated_completions,
         max_steps=cfg.max_steps,
         logging_steps=1,
         save_strategy="steps",

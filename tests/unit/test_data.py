@@ -5,7 +5,7 @@ import pytest
 from pipeline.config import DatasetSpec
 from pipeline.data import (
     DatasetError, arithmetic_problems, arithmetic_rows, check_prompt_budget, load_dataset_split, load_rows,
-    split_rows, tldr_rows,
+    split_rows, tldr_rows, TLDR_INSTRUCTION,
 )
 
 
@@ -13,7 +13,11 @@ def test_tldr_is_bundled_and_chat_formatted():
     rows = tldr_rows()
     assert len(rows) >= 120
     assert len({r["prompt"][-1]["content"] for r in rows}) == len(rows)
-    assert rows[0]["prompt"][0]["role"] == "system" and rows[0]["prompt"][-1]["role"] == "user"
+    # The instruction sits in the user turn after the post (a 135M model follows a system prompt weakly)
+    assert [m["role"] for m in rows[0]["prompt"]] == ["user"]
+    assert rows[0]["prompt"][-1]["content"].endswith(TLDR_INSTRUCTION)
+    assert rows[0]["prompt"][-1]["content"].startswith(rows[0]["source"])
+    assert tldr_rows("Be brief.")[0]["prompt"][0] == {"role": "system", "content": "Be brief."}
 
 
 def test_arithmetic_is_seeded_and_exact():
