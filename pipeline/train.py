@@ -25,7 +25,7 @@ from pathlib import Path
 from pipeline.config import ConfigError, RunConfig
 from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
 from pipeline.rewards import GuardedReward, RewardFunctionError, build_rewards
-from pipeline import runs
+from pipeline import engine, runs
 
 log = logging.getLogger("grpo_studio.train")
 
@@ -72,6 +72,28 @@ def make_trainer_class():
         studio_run_dir: Path
         studio_weights: dict[str, float]
         _studio_written_generation = 0
+
+        studio_fast = False  # set from RunConfig.fast_engine
+
+        def _generate_single_turn(self, *args, **kwargs):
+            # Sample from the adapter folded into the weights: no LoRA branch per layer while decoding.
+            if self.studio_fast and not self.use_vllm:
+                with engine.merged_adapter(self.accelerator.unwrap_model(self.model)):
+                    return super()._generate_single_turn(*args, **kwargs)
+            return super()._generate_single_turn(*args, **kwargs)
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                               batch_size=None, compute_entropy=False, compute_aux_loss=False,
+                                               **extra):
+            # Each distinct prompt runs once for its G completions (pipeline/engine.py); TRL's path otherwise.
+            if self.studio_fast and engine.fast_path_problem(model, extra, compute_aux_loss) is None:
+                with self.accelerator.autocast():
+                    logps, entropy = engine.shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep,
+                                                                self.temperature, compute_entropy)
+                return logps, entropy, None
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
 
         def _generate_and_score_completions(self, inputs):
             t0 = time.time()
@@ -312,7 +334,10 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
     if cfg.use_vllm and (device != "cuda" or not vllm_available()):
         raise ConfigError("use_vllm needs a CUDA GPU and the vllm package (pip install vllm); turn it off to "
                           "generate with transformers.")
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("WORLD_SIZE", "1"))))
+    # One team of threads per core, split between ranks; an explicit OMP_NUM_THREADS wins (benchmarks set it).
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0
+                          else max(1, (os.cpu_count() or 1) // int(os.environ.get("WORLD_SIZE", "1"))))
     log.info("Device %s, precision %s, model %s, world size %s", device, precision, cfg.model,
              os.environ.get("WORLD_SIZE", "1"))
 
@@ -348,6 +373,7 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
         callbacks=[make_callback(run_dir, clock, stop_event, guards)],
     )
     trainer.studio_clock = clock
+    trainer.studio_fast = cfg.fast_engine
     trainer.studio_run_dir = run_dir
     trainer.studio_weights = {g.__name__: w for g, w in zip(guards, weights)}
 

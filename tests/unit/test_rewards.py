@@ -15,14 +15,16 @@ ODD_INPUTS = ["", "   ", None, 42, MSG(""), MSG("<answer>"), [], "<think><think>
 @pytest.mark.parametrize("name", [n for n in reward_registry.names() if n != "custom_python"])
 def test_every_reward_scores_malformed_completions_low_without_raising(name):
     fn = reward_registry.build(RewardSpec(name))
-    kwargs = {"answer": ["7"] * len(ODD_INPUTS)}
+    post = "The town council voted to add protected bike lanes on Harper Street."
+    kwargs = {"answer": ["7"] * len(ODD_INPUTS), "source": [post] * len(ODD_INPUTS)}
     values = fn(ODD_INPUTS, **kwargs)
     assert len(values) == len(ODD_INPUTS)
     assert all(isinstance(v, float) and math.isfinite(v) for v in values)
     good = {"length_target": "x" * 50, "token_diversity": "a b c", "strict_format": "<think>t</think><answer>7</answer>",
             "incremental_format": "<think>t</think><answer>7</answer>", "exact_answer": "<answer>7</answer>",
-            "numeric_tolerance": "so 7", "keyword_presence": "TL;DR: yes"}[name]
-    best = fn([good], answer=["7"])[0]
+            "numeric_tolerance": "so 7", "keyword_presence": "TL;DR: yes",
+            "post_similarity": "The council approved bike lanes on Harper Street."}[name]
+    best = fn([good], answer=["7"], source=[post])[0]
     assert best >= max(values), f"{name}: a malformed completion outscored a good one"
 
 
@@ -125,3 +127,26 @@ def test_score_weighted_total_skips_missing():
     b.__name__ = "b"
     out = score([a, b], [3.0, 0.5], ["x", "y"])
     assert out["total"] == [4.0, 2.0]
+
+
+def test_every_registered_reward_declares_its_best_score():
+    from pipeline.rewards import reward_maximum, reward_registry
+
+    for name in reward_registry.names():
+        spec = RewardSpec(name, 1.0, {"pattern": "x"} if name == "keyword_presence" else {})
+        fn = reward_registry.build(spec, allow_custom=True)
+        assert hasattr(fn, "max_value"), name
+    funcs, weights = build_rewards([RewardSpec("length_target"), RewardSpec("token_diversity", 2.0, {"scale": 10}),
+                                    RewardSpec("post_similarity", 0.5)])
+    assert reward_maximum(funcs, weights) == 0 + 2 * 10 + 0.5 * 100
+    # a negative weight makes the best total depend on the reward's minimum, which nobody declares
+    assert reward_maximum(funcs, [1.0, -1.0, 1.0]) is None
+
+
+def test_post_similarity_needs_the_summarised_text():
+    from pipeline.config import DatasetSpec, RunConfig
+
+    with pytest.raises(RewardFunctionError, match="source"):
+        build_rewards([RewardSpec("post_similarity")])[0][0](["a summary"])
+    cfg = RunConfig(dataset=DatasetSpec(source="arithmetic"), rewards=[RewardSpec("post_similarity")])
+    assert any("post_similarity" in p and "TL;DR" in p for p in cfg.problems())

@@ -1,0 +1,142 @@
+"""Speed-ups for GRPO steps on one process, plugged into TRL's GRPOTrainer through subclass hooks.
+
+Same algorithm, less work:
+- Shared prompts. A GRPO batch holds each prompt G times. TRL runs the whole prompt + completion
+  for every row (and, off Triton devices, projects every prompt position through the LM head).
+  Here each distinct prompt runs once, its key/value cache is repeated for its G rows, and only
+  the completion runs per row; only completion positions go through the LM head. Log-probs and
+  entropies equal TRL's up to float rounding, gradients included (tests/integration/test_engine.py).
+- Merged generation. Sampling from a PEFT model runs the LoRA branch beside every linear layer;
+  folding the adapter into the weights for the duration of `generate` removes that cost. The
+  adapter is unfolded right after, as TRL itself does before syncing weights to vLLM.
+
+Both need a single process (under DDP the module must be called through its wrapper so gradients
+are synchronised) and a plain causal LM; anything else falls back to TRL's own code path.
+torch is imported by the caller; this module touches tensors only inside functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+# Rows of (completion positions) scored through the LM head at once: bounds the (rows, vocab) block.
+LM_HEAD_CHUNK = 1024
+
+
+def single_process() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) == 1
+
+
+def causal_lm(model):
+    """The transformers causal LM inside a PEFT/accelerate wrapper, or None when there is none."""
+    inner = model.module if hasattr(model, "module") and not hasattr(model, "get_base_model") else model
+    if hasattr(inner, "get_base_model"):
+        inner = inner.get_base_model()
+    return inner if hasattr(inner, "get_output_embeddings") else None
+
+
+def fast_path_problem(model, extra_inputs: dict, compute_aux_loss: bool) -> str | None:
+    """Why the shared-prompt path can't run for this call (None = it can)."""
+    if not single_process():
+        return "more than one process"
+    if any(v is not None for v in extra_inputs.values()):
+        return "multimodal inputs"
+    if compute_aux_loss:
+        return "MoE auxiliary loss"
+    lm = causal_lm(model)
+    if lm is None:
+        return "not a causal LM"
+    cfg = lm.config.get_text_config()
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None) not in (None, 1.0) \
+            or getattr(cfg, "output_multiplier", None) or getattr(cfg, "lm_head_multiplier", None) \
+            or getattr(cfg, "logits_scaling", None):
+        return "the model scales its logits"
+    checkpointing = getattr(lm, "is_activation_checkpointing", None)  # transformers 5 name
+    if checkpointing is None:
+        checkpointing = getattr(lm, "is_gradient_checkpointing", False)
+    if checkpointing and lm.training:
+        return "gradient checkpointing is on (it disables the key/value cache)"
+    return None
+
+
+def _completion_scores(hidden, lm_head, targets, valid, temperature: float, want_entropy: bool):
+    """Log-prob of each target token (and the entropy of its distribution) at the valid positions only."""
+    import torch
+
+    logps = hidden.new_zeros(targets.shape)
+    entropy = hidden.new_zeros(targets.shape) if want_entropy else None
+    rows = valid.nonzero(as_tuple=False)
+    picked_hidden = hidden[valid]
+    picked_targets = targets[valid]
+    lp_parts, ent_parts = [], []
+    for start in range(0, picked_hidden.size(0), LM_HEAD_CHUNK):
+        h = picked_hidden[start:start + LM_HEAD_CHUNK]
+        logits = lm_head(h).float() / temperature
+        log_all = torch.log_softmax(logits, dim=-1)
+        lp_parts.append(log_all.gather(-1, picked_targets[start:start + LM_HEAD_CHUNK, None]).squeeze(-1))
+        if want_entropy:
+            ent_parts.append(-(log_all.exp() * log_all).sum(-1))
+    if rows.numel():
+        logps = logps.index_put((rows[:, 0], rows[:, 1]), torch.cat(lp_parts).to(logps.dtype))
+        if want_entropy:
+            entropy = entropy.index_put((rows[:, 0], rows[:, 1]), torch.cat(ent_parts).to(entropy.dtype))
+    return logps, entropy
+
+
+def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, temperature: float,
+                        compute_entropy: bool):
+    """Per-token log-probs (and entropies) of the last `logits_to_keep` tokens, each distinct prompt run once.
+
+    Returns tensors shaped (rows, logits_to_keep), zero where the attention mask is 0, as TRL's fused
+    LM head does.
+    """
+    import torch
+
+    lm = causal_lm(model)
+    backbone = getattr(lm, lm.base_model_prefix)
+    lm_head = lm.get_output_embeddings()
+    n_rows, total = input_ids.shape
+    # The prefix stops one token short of the completion: the last prompt token's output predicts the
+    # first completion token, so it runs with the completion.
+    split = total - logits_to_keep - 1
+    prefix_ids, prefix_mask = input_ids[:, :split], attention_mask[:, :split]
+    keys = torch.cat([prefix_ids, prefix_mask], dim=1)
+    unique, owner = torch.unique(keys, dim=0, return_inverse=True)
+
+    order, lp_parts, ent_parts = [], [], []
+    for u in range(unique.size(0)):
+        rows = (owner == u).nonzero(as_tuple=True)[0]
+        first = rows[:1]
+        cache = None
+        if split > 0:
+            prefix = backbone(input_ids=prefix_ids[first], attention_mask=prefix_mask[first], use_cache=True)
+            cache = prefix.past_key_values
+            cache.batch_repeat_interleave(rows.numel())
+        rest = backbone(input_ids=input_ids[rows, split:], attention_mask=attention_mask[rows],
+                        past_key_values=cache, use_cache=cache is not None)
+        hidden = rest.last_hidden_state[:, :-1]  # the output at position t predicts token t + 1
+        targets = input_ids[rows, split + 1:]
+        valid = attention_mask[rows, split + 1:].bool()
+        lp, ent = _completion_scores(hidden, lm_head, targets, valid, temperature, compute_entropy)
+        order.append(rows)
+        lp_parts.append(lp)
+        ent_parts.append(ent)
+    back = torch.argsort(torch.cat(order))  # rows come back in the caller's order
+    logps = torch.cat(lp_parts)[back]
+    entropy = torch.cat(ent_parts)[back] if compute_entropy else None
+    return logps, entropy
+
+
+@contextlib.contextmanager
+def merged_adapter(model):
+    """Fold a PEFT adapter into the base weights for the duration of the block (no-op otherwise)."""
+    peft = model.module if hasattr(model, "module") and not hasattr(model, "merge_adapter") else model
+    if not (hasattr(peft, "merge_adapter") and single_process()):
+        yield
+        return
+    peft.merge_adapter()
+    try:
+        yield
+    finally:
+        peft.unmerge_adapter()

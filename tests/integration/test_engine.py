@@ -1,0 +1,102 @@
+"""The fast engine computes what TRL computes: same per-token log-probs, entropies and LoRA gradients
+as TRL's fused-LM-head forward, and merged-adapter generation equals unmerged generation."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def lora_model(bundled_model_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    from pipeline.models import load_tokenizer
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(bundled_model_dir, dtype=torch.float32)
+    add_fused_lm_head(base, temperature=0.9, outputs=("log_probs", "entropy"))  # as GRPOTrainer does
+    model = get_peft_model(base, LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=16, lora_dropout=0.0,
+                                            target_modules="all-linear"))
+    with torch.no_grad():  # a trained-looking adapter: B is zero at init, which would hide a dropped branch
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.02)
+    return model, load_tokenizer(bundled_model_dir)
+
+
+def _batch(tokenizer, g=3, completion=7):
+    """Two prompts of different lengths (left-padded), each G times, completions right-padded after EOS."""
+    prompts = ["Summarize: the council voted for bike lanes on Harper Street.", "Hi"]
+    ids = [tokenizer(p)["input_ids"] for p in prompts]
+    width = max(map(len, ids))
+    gen = torch.Generator().manual_seed(1)
+    rows, masks = [], []
+    for p in ids:
+        for k in range(g):
+            comp = torch.randint(100, 5000, (completion,), generator=gen).tolist()
+            keep = completion - k  # row k ends k tokens early
+            rows.append([tokenizer.pad_token_id] * (width - len(p)) + p + comp)
+            masks.append([0] * (width - len(p)) + [1] * len(p) + [1] * keep + [0] * (completion - keep))
+    return torch.tensor(rows), torch.tensor(masks), completion
+
+
+def _trl_logps(model, input_ids, mask, keep):
+    labels = input_ids.masked_fill(mask == 0, -100)
+    labels[:, :-keep] = -100
+    out = model(input_ids=input_ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    return out.log_probs[:, -keep:], out.entropy[:, -keep:]
+
+
+def _lora_grads(model):
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_shared_prompt_logps_entropy_and_grads_equal_trl(lora_model):
+    from pipeline import engine
+
+    model, tok = lora_model
+    model.train()
+    input_ids, mask, keep = _batch(tok)
+    assert engine.fast_path_problem(model, {}, False) is None
+
+    model.zero_grad()
+    ref_lp, ref_ent = _trl_logps(model, input_ids, mask, keep)
+    (ref_lp * mask[:, -keep:]).sum().backward()
+    ref_grads = _lora_grads(model)
+
+    model.zero_grad()
+    lp, ent = engine.shared_prompt_logps(model, input_ids, mask, keep, temperature=0.9, compute_entropy=True)
+    (lp * mask[:, -keep:]).sum().backward()
+    grads = _lora_grads(model)
+
+    valid = mask[:, -keep:].bool()
+    assert lp.shape == ref_lp.shape == (6, keep)
+    assert torch.allclose(lp[valid], ref_lp[valid], atol=2e-4), (lp - ref_lp).abs().max()
+    assert torch.allclose(ent[valid], ref_ent[valid], atol=2e-4)
+    assert (lp[~valid] == 0).all()
+    assert set(grads) == set(ref_grads) and len(grads) > 0
+    for name, g in ref_grads.items():  # float rounding differs with the matmul shapes: compare norms
+        assert (grads[name] - g).norm() <= 1e-3 * g.norm() + 1e-6, name
+    # the adapter matters here: its gradients are far from zero
+    assert max(g.abs().max().item() for g in grads.values()) > 1e-3
+
+
+def test_merged_generation_equals_unmerged(lora_model):
+    from pipeline import engine
+
+    model, tok = lora_model
+    model.eval()
+    enc = tok(["The tides are caused by"], return_tensors="pt")
+    with torch.no_grad():
+        plain = model.generate(**enc, max_new_tokens=12, do_sample=False)
+        before = {n: p.detach().clone() for n, p in model.named_parameters() if "base_layer" in n}
+        with engine.merged_adapter(model):
+            merged = model.generate(**enc, max_new_tokens=12, do_sample=False)
+    assert merged.tolist() == plain.tolist()
+    after = dict(model.named_parameters())
+    for name, p in before.items():  # unmerged again: base weights back as they were
+        assert torch.allclose(after[name], p, atol=1e-6), name
