@@ -8,7 +8,8 @@ Same algorithm, less work:
   entropies equal TRL's up to float rounding, gradients included (tests/integration/test_engine.py).
 - Merged generation. Sampling from a PEFT model runs the LoRA branch beside every linear layer;
   folding the adapter into the weights for the duration of `generate` removes that cost. The
-  adapter is unfolded right after, as TRL itself does before syncing weights to vLLM.
+  adapter is unfolded right after, as TRL itself does before syncing weights to vLLM. The G copies
+  of a prompt are also pre-filled once, not G times.
 
 Both need a single process (under DDP the module must be called through its wrapper so gradients
 are synchronised) and a plain causal LM; anything else falls back to TRL's own code path.
@@ -126,6 +127,49 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, t
     logps = torch.cat(lp_parts)[back]
     entropy = torch.cat(ent_parts)[back] if compute_entropy else None
     return logps, entropy
+
+
+def generate_shared_prefill(model, prompt_ids: list[list[int]], pad_token_id: int, generation_config):
+    """`model.generate` for left-padded prompts in which each distinct prompt is pre-filled once.
+
+    The key/value cache of every distinct prompt (all but its last token) is computed once, gathered
+    to the rows that share it, and handed to `generate`, which then only runs the last prompt token and
+    the new ones. Position ids follow `generate`'s own rule (cumulative attention mask), so the result
+    equals a plain `generate` call. Returns the new tokens, shaped (rows, new tokens).
+    """
+    import torch
+    from transformers import DynamicCache
+
+    width = max(len(p) for p in prompt_ids)
+    ids = torch.tensor([[pad_token_id] * (width - len(p)) + list(p) for p in prompt_ids], device=model.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=model.device)
+    unique, owner = torch.unique(torch.cat([ids, mask], dim=1), dim=0, return_inverse=True)
+    kwargs = {"input_ids": ids, "attention_mask": mask, "generation_config": generation_config}
+    if width > 1 and unique.size(0) < ids.size(0):
+        first = torch.stack([(owner == u).nonzero()[0, 0] for u in range(unique.size(0))])
+        pre_ids, pre_mask = ids[first, :-1], mask[first, :-1]
+        positions = (pre_mask.cumsum(-1) - 1).masked_fill(pre_mask == 0, 0)
+        lm = causal_lm(model)
+        cache = DynamicCache(config=lm.config)
+        getattr(lm, lm.base_model_prefix)(input_ids=pre_ids, attention_mask=pre_mask, position_ids=positions,
+                                          past_key_values=cache, use_cache=True)
+        cache.batch_select_indices(owner)
+        kwargs["past_key_values"] = cache
+    return model.generate(**kwargs)[:, width:]
+
+
+def cut_at_eos(tokens: list[int], eos_ids) -> list[int]:
+    """Tokens up to and including the first end-of-sequence token, as TRL keeps them.
+
+    >>> cut_at_eos([5, 6, 2, 0, 0], [2])
+    [5, 6, 2]
+    >>> cut_at_eos([5, 6], [2])
+    [5, 6]
+    """
+    for i, t in enumerate(tokens):
+        if t in eos_ids:
+            return tokens[: i + 1]
+    return tokens
 
 
 @contextlib.contextmanager

@@ -75,12 +75,23 @@ def make_trainer_class():
 
         studio_fast = False  # set from RunConfig.fast_engine
 
-        def _generate_single_turn(self, *args, **kwargs):
-            # Sample from the adapter folded into the weights: no LoRA branch per layer while decoding.
-            if self.studio_fast and not self.use_vllm:
-                with engine.merged_adapter(self.accelerator.unwrap_model(self.model)):
-                    return super()._generate_single_turn(*args, **kwargs)
-            return super()._generate_single_turn(*args, **kwargs)
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
+                                  has_tool_images=False):
+            # Text prompts on one process: sample from the adapter folded into the weights (no LoRA branch
+            # per layer while decoding), each distinct prompt pre-filled once for its G rows.
+            if (self.studio_fast and engine.single_process() and not self.use_vllm and images is None
+                    and not multimodal_fields and not self.use_transformers_continuous_batching):
+                import torch
+                from trl.models import unwrap_model_for_generation
+
+                with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                                 generation_kwargs=self.generation_kwargs) as unwrapped, \
+                        torch.no_grad(), engine.merged_adapter(unwrapped):
+                    new = engine.generate_shared_prefill(unwrapped, prompt_ids, self._tokenizer.pad_token_id,
+                                                         self.generation_config)
+                return [engine.cut_at_eos(row, self.eos_token_ids) for row in new.tolist()], None
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
 
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                                batch_size=None, compute_entropy=False, compute_aux_loss=False,

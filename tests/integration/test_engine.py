@@ -100,3 +100,23 @@ def test_merged_generation_equals_unmerged(lora_model):
     after = dict(model.named_parameters())
     for name, p in before.items():  # unmerged again: base weights back as they were
         assert torch.allclose(after[name], p, atol=1e-6), name
+
+
+def test_shared_prefill_generation_equals_plain_generate(lora_model):
+    from transformers import GenerationConfig
+
+    from pipeline import engine
+
+    model, tok = lora_model
+    model.eval()
+    prompts = [tok("Summarize: the council voted for bike lanes on Harper Street.")["input_ids"],
+               tok("Tides are caused by")["input_ids"]]
+    rows = [p for p in prompts for _ in range(3)]  # each prompt G=3 times, different lengths -> left padding
+    gc = GenerationConfig(max_new_tokens=10, do_sample=False, pad_token_id=tok.pad_token_id)
+    width = max(map(len, rows))
+    ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + p for p in rows])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows])
+    with torch.no_grad():
+        plain = model.generate(input_ids=ids, attention_mask=mask, generation_config=gc)[:, width:]
+        shared = engine.generate_shared_prefill(model, rows, tok.pad_token_id, gc)
+    assert shared.tolist() == plain.tolist()
