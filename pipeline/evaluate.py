@@ -22,6 +22,17 @@ from pipeline.rewards import build_rewards, reward_maximum, score
 from pipeline.task_metrics import headline, task_metrics
 
 
+def reward_columns(rows: list[dict]) -> dict[str, list]:
+    """The dataset's extra columns as TRL passes them to rewards (answer, source, ...): every key that all
+    rows carry, except the prompt.
+
+    >>> reward_columns([{"prompt": [], "answer": "4", "source": "post"}, {"prompt": [], "answer": "5"}])
+    {'answer': ['4', '5']}
+    """
+    keys = [k for k in rows[0] if k != "prompt" and all(k in r for r in rows)] if rows else []
+    return {k: [r[k] for r in rows] for k in keys}
+
+
 def _summary(scored: dict) -> dict:
     totals = [t for t in scored["total"] if t is not None]
     return {
@@ -84,7 +95,7 @@ def evaluate(run_dir: Path, limit: int = 32) -> dict:
         raise ValueError("This run has no held-out prompts (eval_fraction was 0).")
     held = held[:limit]
     prompts = [r["prompt"] for r in held]
-    extra = {"answer": [r["answer"] for r in held]} if all("answer" in r for r in held) else {}
+    extra = reward_columns(held)
     funcs, weights = build_rewards(cfg.rewards, policy="skip")
 
     result: dict = {"run": run_dir.name, "n": len(held), "max_new_tokens": cfg.max_completion_length,

@@ -252,8 +252,10 @@ class KeywordPresence:
 
 class PostSimilarity:
     """How close the answer's meaning is to the text it summarises: the cosine of their sentence
-    embeddings (the bundled all-MiniLM-L6-v2), floored at 0, times `scale`. An answer that talks about
-    something else ("The post is too long.") scores near 0 however short it is.
+    embeddings (the bundled all-MiniLM-L6-v2), divided by `full_at` and capped at 1, times `scale`.
+    An answer that talks about something else ("The post is too long.") scores near 0 however short
+    it is. A one-sentence summary rarely gets closer to its post than a cosine of about 0.6 without
+    copying it, so `full_at` 0.6 gives full marks there and makes the maximum reachable.
 
     Needs the summarised text in a `source` column (the bundled TL;DR rows carry their post there).
     The embedder loads on first use, in the process that trains.
@@ -261,8 +263,10 @@ class PostSimilarity:
 
     needs_source = True
 
-    def __init__(self, scale: float = 100.0, name: str = "post_similarity"):
-        self.scale, self.__name__ = float(scale), name
+    def __init__(self, scale: float = 100.0, full_at: float = 0.6, name: str = "post_similarity"):
+        if not 0 < full_at <= 1:
+            raise ValueError("full_at must be in (0, 1]")
+        self.scale, self.full_at, self.__name__ = float(scale), float(full_at), name
         self.max_value = max(self.scale, 0.0)
 
     def __call__(self, completions, source=None, **kwargs) -> list[float]:
@@ -275,7 +279,7 @@ class PostSimilarity:
         unique = list(dict.fromkeys(sources))
         post_vecs = dict(zip(unique, model.encode(unique, normalize_embeddings=True)))
         answer_vecs = model.encode([t or " " for t in texts], normalize_embeddings=True)
-        return [0.0 if not t else self.scale * max(0.0, float((a * post_vecs[s]).sum()))
+        return [0.0 if not t else self.scale * min(1.0, max(0.0, float((a * post_vecs[s]).sum())) / self.full_at)
                 for t, a, s in zip(texts, answer_vecs, sources)]
 
 
@@ -467,8 +471,10 @@ reward_registry.register(RewardDef(
      "ignore_case": Param(bool, False, "Case-insensitive match.")}))
 reward_registry.register(RewardDef(
     "post_similarity", PostSimilarity,
-    "Meaning kept: cosine of answer and post embeddings (bundled MiniLM) x scale; off-topic answers get ~0.",
-    {"scale": Param(float, 100.0, "Multiplier on the 0..1 similarity.")}, needs_source=True))
+    "Meaning kept: cosine of answer and post embeddings (bundled MiniLM), full marks at `full_at`; off-topic ~0.",
+    {"scale": Param(float, 100.0, "Score at full marks."),
+     "full_at": Param(float, 0.6, "Cosine that earns full marks (a good one-line summary reaches ~0.6).")},
+    needs_source=True))
 reward_registry.register(RewardDef(
     "custom_python", CustomPython, "Your own `reward(completions, **kwargs)` (needs --allow-custom-rewards).",
     {"code": Param(str, "def reward(completions, **kwargs):\n    return [0.0 for _ in completions]\n",

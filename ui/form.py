@@ -30,12 +30,11 @@ HYPER_FIELDS = [
     "gradient_checkpointing", "reward_errors", "reward_timeout_s",
 ]
 REWARD_COLUMNS = ["use", "reward", "weight", "params (JSON)"]
-DEFAULT_ON = {"length_target", "token_diversity"}
 
 
 def reward_rows(config: RunConfig | None = None, allow_custom: bool = False) -> list[list[Any]]:
     """Rows for the rewards table: every registered reward, on/off, weight and parameters."""
-    active = {s.name: s for s in (config.rewards if config else [])}
+    active = {s.name: s for s in (config or RunConfig()).rewards}
     rows = []
     for d in reward_registry.describe():
         if d["custom_code"] and not allow_custom:
@@ -44,7 +43,7 @@ def reward_rows(config: RunConfig | None = None, allow_custom: bool = False) -> 
         params = {k: p["default"] for k, p in d["params"].items()}
         if spec:
             params.update(spec.params)
-        on = bool(spec) if config else d["name"] in DEFAULT_ON
+        on = bool(spec)
         weight = spec.weight if spec else 1.0
         rows.append([on, d["name"], float(weight), json.dumps(params) if params else ""])
     return rows

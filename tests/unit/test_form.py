@@ -54,7 +54,7 @@ def test_file_source_keeps_columns_and_other_sources_drop_them():
 
 def test_reward_rows_round_trip_with_weights_and_params():
     rows = reward_rows()
-    assert [r[1] for r in rows if r[0]] == ["length_target", "token_diversity"]
+    assert [r[1] for r in rows if r[0]] == [s.name for s in RunConfig().rewards]
     assert all(r[1] != "custom_python" for r in rows)
     assert any(r[1] == "custom_python" for r in reward_rows(allow_custom=True))
     for row in rows:
