@@ -25,6 +25,7 @@ from pathlib import Path
 from pipeline.config import ConfigError, RunConfig
 from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
 from pipeline.rewards import GuardedReward, RewardFunctionError, build_rewards
+from pipeline.probes import make_probe_callbacks
 from pipeline import runs
 
 log = logging.getLogger("grpo_studio.train")
@@ -345,7 +346,9 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
         args=args,
         train_dataset=Dataset.from_list(train_rows),
         peft_config=lora,
-        callbacks=[make_callback(run_dir, clock, stop_event, guards)],
+        # Probes come after the studio callback so they see a Stop request (a probe at the last step).
+        callbacks=[make_callback(run_dir, clock, stop_event, guards),
+                   *make_probe_callbacks(run_dir, cfg, tokenizer, eval_rows, allow_custom_rewards)],
     )
     trainer.studio_clock = clock
     trainer.studio_run_dir = run_dir
