@@ -18,19 +18,9 @@ from pathlib import Path
 from pipeline import runs
 from pipeline.config import RunConfig
 from pipeline.data import load_dataset_split
+from pipeline.probes import reward_kwargs
 from pipeline.rewards import build_rewards, reward_maximum, score
 from pipeline.task_metrics import headline, task_metrics
-
-
-def reward_columns(rows: list[dict]) -> dict[str, list]:
-    """The dataset's extra columns as TRL passes them to rewards (answer, source, ...): every key that all
-    rows carry, except the prompt.
-
-    >>> reward_columns([{"prompt": [], "answer": "4", "source": "post"}, {"prompt": [], "answer": "5"}])
-    {'answer': ['4', '5']}
-    """
-    keys = [k for k in rows[0] if k != "prompt" and all(k in r for r in rows)] if rows else []
-    return {k: [r[k] for r in rows] for k in keys}
 
 
 def _summary(scored: dict) -> dict:
@@ -95,7 +85,7 @@ def evaluate(run_dir: Path, limit: int = 32) -> dict:
         raise ValueError("This run has no held-out prompts (eval_fraction was 0).")
     held = held[:limit]
     prompts = [r["prompt"] for r in held]
-    extra = reward_columns(held)
+    extra = reward_kwargs(held)  # every dataset column, as TRL passes them (answer, source, ...)
     funcs, weights = build_rewards(cfg.rewards, policy="skip")
 
     result: dict = {"run": run_dir.name, "n": len(held), "max_new_tokens": cfg.max_completion_length,

@@ -1,4 +1,5 @@
-"""Warning signs of a sick GRPO run (seed 002's table), read from metrics.jsonl rows.
+"""Warning signs of a sick GRPO run (seed 002's table), read from metrics.jsonl rows and, for the
+held-out check, from the probe lines in evals.jsonl.
 
 Each warning says what is wrong and the fix to try. Pure Python.
 """
@@ -13,6 +14,7 @@ CLIPPED_LIMIT = 0.5
 ENTROPY_FLOOR = 0.1
 ENTROPY_DROP = 0.25  # entropy below a quarter of where the run started
 WINDOW = 3  # judge on the last few steps, so one odd step does not raise an alarm
+PROBE_WINDOW = 3  # probes are greedy (no sampling noise), so three in a row falling is a trend
 
 
 @dataclass(frozen=True)
@@ -27,8 +29,50 @@ def _recent(rows: list[dict], key: str) -> list[float]:
     return [r[key] for r in rows[-WINDOW:] if isinstance(r.get(key), (int, float))]
 
 
-def health_warnings(rows: list[dict]) -> list[Warning_]:
-    """Warnings for the latest steps. Needs WINDOW steps before judging trends.
+def _train_reward_near(rows: list[dict], step: int) -> float | None:
+    """Mean train reward of the WINDOW steps up to `step` (for step 0, the first WINDOW steps)."""
+    done = [r for r in rows if isinstance(r.get("step"), int) and r["step"] <= step]
+    near = done[-WINDOW:] if done else rows[:WINDOW]
+    vals = [r["reward"] for r in near if isinstance(r.get("reward"), (int, float))]
+    return sum(vals) / len(vals) if vals else None
+
+
+def held_out_divergence(rows: list[dict], evals: list[dict]) -> Warning_ | None:
+    """Train reward up while the held-out probe reward goes down over the last PROBE_WINDOW probes.
+
+    >>> train = [{"step": s, "reward": float(s)} for s in range(1, 11)]
+    >>> probes = [{"step": 0, "reward": 5.0}, {"step": 5, "reward": 4.0}, {"step": 10, "reward": 3.0}]
+    >>> held_out_divergence(train, probes).key
+    'held_out_falls'
+    >>> held_out_divergence(train, probes[:2]) is None  # two probes are not a trend yet
+    True
+    >>> bumpy = [dict(p, reward=r) for p, r in zip(probes, [5.0, 3.0, 4.0])]
+    >>> held_out_divergence(train, bumpy) is None  # down, then up again: not a steady fall
+    True
+    """
+    recent = [e for e in evals if isinstance(e.get("reward"), (int, float))][-PROBE_WINDOW:]
+    if len(recent) < PROBE_WINDOW:
+        return None
+    held = [e["reward"] for e in recent]
+    # Falling: never up from one probe to the next, and down overall.
+    if any(b > a for a, b in zip(held, held[1:])) or not held[-1] < held[0]:
+        return None
+    first, last = recent[0]["step"], recent[-1]["step"]
+    t0, t1 = _train_reward_near(rows, first), _train_reward_near(rows, last)
+    if t0 is None or t1 is None or not t1 > t0:
+        return None
+    return Warning_(
+        "held_out_falls", "Held-out reward falls while the train reward rises",
+        f"From step {first} to {last} the train reward rose from {t0:.3g} to {t1:.3g}, but the reward on the "
+        f"held-out probe prompts fell from {held[0]:.3g} to {held[-1]:.3g}: a sign of reward hacking (the model "
+        "games the reward instead of doing the task) or of overfitting the training prompts.",
+        "Read the Completions over time panel to see what changed; lower the learning rate or raise beta; "
+        "add a reward for the real task (e.g. correctness, or a penalty for what the model is exploiting).")
+
+
+def health_warnings(rows: list[dict], evals: list[dict] | None = None) -> list[Warning_]:
+    """Warnings for the latest steps. Needs WINDOW steps before judging trends (and PROBE_WINDOW
+    probes, from evals.jsonl, before comparing train and held-out reward).
 
     >>> rows = [{"step": i, "reward_std": 0.0, "frac_reward_zero_std": 1.0, "kl": 0.01} for i in range(1, 4)]
     >>> [w.key for w in health_warnings(rows)]
@@ -66,4 +110,7 @@ def health_warnings(rows: list[dict]) -> list[Warning_]:
                 f"Token entropy fell from {start:.2f} to {now:.2f}: the model is becoming deterministic and the "
                 "group will stop varying.",
                 "Raise the temperature, lower the learning rate, or add token_diversity."))
+    diverging = held_out_divergence(rows, evals or [])
+    if diverging:
+        out.append(diverging)
     return out

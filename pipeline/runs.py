@@ -5,6 +5,7 @@ A run directory is the only thing the trainer and the UI share:
     status.json   queued/running/finished/failed/stopped + pid, times, error (atomic rewrite)
     metrics.jsonl one JSON line per optimizer step (append-only)
     groups.jsonl  per step: each prompt's G completions, rewards, totals, advantages (append-only)
+    evals.jsonl   per probe step: greedy answers to held-out prompts and their scores (append-only)
     train.log     the trainer's log
     checkpoint-N/ resumable checkpoints; `.complete` marks one that finished saving
     adapter/      LoRA adapter;  merged/  base + LoRA merged, ready to chat
@@ -131,6 +132,11 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 
 def read_groups(run_dir: str | Path) -> list[dict]:
     return _last_per_step(read_jsonl(Path(run_dir) / "groups.jsonl"))
+
+
+def read_evals(run_dir: str | Path) -> list[dict]:
+    """Probe lines (pipeline/probes.py) by step; a probe re-run after a resume replaces the old line."""
+    return _last_per_step(read_jsonl(Path(run_dir) / "evals.jsonl"))
 
 
 # ---- status ------------------------------------------------------------------------------------

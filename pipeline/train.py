@@ -26,6 +26,7 @@ from pipeline.config import ConfigError, RunConfig
 from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
 from pipeline.rewards import GuardedReward, RewardFunctionError, build_rewards
 from pipeline import engine, runs
+from pipeline.probes import make_probe_callbacks
 
 log = logging.getLogger("grpo_studio.train")
 
@@ -381,7 +382,9 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
         args=args,
         train_dataset=Dataset.from_list(train_rows),
         peft_config=lora,
-        callbacks=[make_callback(run_dir, clock, stop_event, guards)],
+        # Probes come after the studio callback so they see a Stop request (a probe at the last step).
+        callbacks=[make_callback(run_dir, clock, stop_event, guards),
+                   *make_probe_callbacks(run_dir, cfg, tokenizer, eval_rows, allow_custom_rewards)],
     )
     trainer.studio_clock = clock
     trainer.studio_fast = cfg.fast_engine

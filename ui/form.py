@@ -27,7 +27,7 @@ HYPER_FIELDS = [
     "num_generations", "batch_size", "max_steps", "learning_rate", "beta", "epsilon",
     "max_completion_length", "max_prompt_tokens", "temperature", "top_p", "loss_type", "scale_rewards",
     "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "seed", "save_steps", "precision",
-    "gradient_checkpointing", "reward_errors", "reward_timeout_s",
+    "gradient_checkpointing", "reward_errors", "reward_timeout_s", "probe_every", "probe_prompts",
 ]
 REWARD_COLUMNS = ["use", "reward", "weight", "params (JSON)"]
 

@@ -33,7 +33,8 @@ LABELS = {
     "lora_r": "LoRA r", "lora_alpha": "LoRA alpha", "lora_dropout": "LoRA dropout",
     "lora_target_modules": "LoRA target modules", "seed": "Seed", "save_steps": "Checkpoint every N steps",
     "precision": "Precision", "gradient_checkpointing": "Gradient checkpointing", "reward_errors": "On reward errors",
-    "reward_timeout_s": "Reward timeout (s)",
+    "reward_timeout_s": "Reward timeout (s)", "probe_every": "Probe every N steps (0 = off)",
+    "probe_prompts": "Probe prompts (held out)",
 }
 UPLOAD_TYPES = [".csv", ".jsonl", ".json"]
 RUN_COLUMNS = ["run", "state", "model", "dataset", "rewards", "step", "max_steps", "final_reward", "duration_s"]
@@ -187,8 +188,9 @@ def refresh(run_name: str | None, group_step, last_sig):
                 views.groups_html(None), "", gr.Slider(), sig]
     status = runs.read_status(path)
     metrics = runs.read_metrics(path)
+    evals = runs.read_evals(path)  # for the held-out health check; the probes panel has its own handler
     log_size = (path / "train.log").stat().st_size if (path / "train.log").exists() else 0
-    sig = (run_name, len(metrics), status.get("state"), group_step, log_size)
+    sig = (run_name, len(metrics), len(evals), status.get("state"), group_step, log_size)
     if sig == last_sig:
         return [gr.skip()] * 11 + [last_sig]
     cfg = json.loads((path / "config.json").read_text())
@@ -199,7 +201,7 @@ def refresh(run_name: str | None, group_step, last_sig):
     slider = gr.Slider(minimum=0, maximum=max(steps + [1]), step=1)  # a slider needs max > min
     return [
         views.progress_html(run_name, status, metrics, cfg.get("max_steps")),
-        views.health_html(metrics),
+        views.health_html(metrics, evals),
         views.reward_frame(metrics),
         *[views.metric_frame(metrics, chart) for chart in views.CHARTS],
         views.groups_html(record),
@@ -207,6 +209,25 @@ def refresh(run_name: str | None, group_step, last_sig):
         slider,
         sig,
     ]
+
+
+def probe_view(run_name: str | None, pick, last_sig=None) -> dict | None:
+    """A run's probes, from evals.jsonl: held-out chart frame, completions panel, step choices and the
+    signature they were drawn from. None when the signature equals last_sig (nothing to redraw)."""
+    path = run_path(run_name)
+    if path is None:
+        sig = ("none", pick)
+        return None if sig == last_sig else {"plot": None, "choices": views.probe_choices([]), "sig": sig,
+                                             "panel": views.probes_empty_html(RunConfig().to_dict())}
+    state = runs.read_status(path).get("state")
+    evals_file = path / "evals.jsonl"
+    sig = (run_name, evals_file.stat().st_size if evals_file.exists() else 0, state, pick)
+    if sig == last_sig:
+        return None
+    evals = runs.read_evals(path)
+    cfg = json.loads((path / "config.json").read_text())
+    return {"plot": views.probe_frame(evals), "panel": views.probes_html(evals, pick, cfg, state),
+            "choices": views.probe_choices(evals, cfg.get("max_steps"), state), "sig": sig}
 
 
 def runs_table():
@@ -343,9 +364,13 @@ def build(allow_custom: bool = False) -> None:
                     stop_btn = gr.Button("Stop", variant="stop", scale=1, elem_id="stop-btn")
                 progress_box = gr.HTML(views.progress_html(None, {}, [], None), elem_id="progress")
                 health = gr.HTML(elem_id="health")
-                reward_plot = gr.LinePlot(None, x="step", y="value", color="series",
-                                          title="Reward: total and per function (mean)", height=260,
-                                          elem_id="reward-plot")
+                with gr.Row():
+                    reward_plot = gr.LinePlot(None, x="step", y="value", color="series",
+                                              title="Train reward: total and per function (mean)", height=260,
+                                              elem_id="reward-plot")
+                    probe_plot = gr.LinePlot(None, x="step", y="value", color="series",
+                                             title="Held-out reward (probe prompts, greedy)", height=260,
+                                             elem_id="probe-plot")
                 plots = []
                 chart_items = list(views.CHARTS.items())
                 for i in range(0, len(chart_items), 2):
@@ -353,6 +378,11 @@ def build(allow_custom: bool = False) -> None:
                         for key, (title, _) in chart_items[i:i + 2]:
                             plots.append(gr.LinePlot(None, x="step", y="value", color="series", title=title,
                                                      height=200, elem_id=f"plot-{key}"))
+                gr.Markdown("#### Completions over time\nThe same held-out prompts, answered greedily at step 0 "
+                            "(the base model), every few steps and at the end. Pick a step to see its answers.")
+                probe_pick = gr.Radio(choices=views.probe_choices([]), value="latest", label="Probe step",
+                                      elem_id="probe-step")
+                probes_panel = gr.HTML(views.probes_empty_html(RunConfig().to_dict()), elem_id="probes")
                 gr.Markdown("#### Group inspector\nEach prompt's G completions, best advantage first. "
                             "Green rows were reinforced, red rows discouraged.")
                 group_step = gr.Slider(0, 1, value=0, step=1, label="Step (0 = latest)", elem_id="group-step")
@@ -396,7 +426,22 @@ def build(allow_custom: bool = False) -> None:
             refresh_runs, run_select, [run_select, table, compare, action_run])
         stop_btn.click(stop_training, run_select, message)
         timer.tick(refresh, [run_select, group_step, last_sig], watch_outputs, show_progress="hidden")
-        run_select.change(lambda: None, None, last_sig)
+        probe_sig = gr.State(None)
+
+        def refresh_probes(run_name, pick, last):
+            """Timer tick for the held-out chart and the completions panel; nothing is sent when unchanged."""
+            view = probe_view(run_name, pick, last)
+            if view is None:
+                return {probe_sig: last}
+            values = [v for _, v in view["choices"]]
+            return {probe_plot: view["plot"], probes_panel: view["panel"], probe_sig: view["sig"],
+                    probe_pick: gr.Radio(choices=view["choices"], value=pick if pick in values else "latest")}
+
+        timer.tick(refresh_probes, [run_select, probe_pick, probe_sig],
+                   {probe_plot, probes_panel, probe_pick, probe_sig}, show_progress="hidden")
+        probe_pick.input(lambda run, pick: probe_view(run, pick)["panel"], [run_select, probe_pick], probes_panel,
+                         show_progress="hidden")
+        run_select.change(lambda: (None, None, "latest"), None, [last_sig, probe_sig, probe_pick])
         refresh_btn.click(refresh_runs, run_select, [run_select, table, compare, action_run])
         compare.change(compare_runs, compare, compare_plot)
         resume_btn.click(resume_training, [action_run, allow], [run_select, action_msg]).then(

@@ -1,0 +1,72 @@
+"""Completions over time, in Debian chromium: a Quick CPU demo run shows the base model's answers
+(step 0) to held-out prompts, then a later probe step with what changed, and can be scrubbed back."""
+
+import json
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from pipeline import runs
+
+from .conftest import ARTIFACTS
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def shot(page, name, locator=None):
+    if locator is None:
+        page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    else:
+        locator.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def test_completions_over_time_show_step_0_then_a_later_probe(page, app_url):
+    page.goto(app_url)
+    expect(page.get_by_text("1. Model and data")).to_be_visible()
+    # Before any run: the panel says what probes are.
+    expect(page.locator("#probes")).to_contain_text("step 0 is the base model")
+
+    # The Quick CPU demo preset, with probes every 2 steps instead of 5 so the test sees a second probe soon.
+    expect(page.get_by_label("Preset")).to_have_value("Quick CPU demo")
+    page.get_by_text("All settings").click()
+    every = page.get_by_label("Probe every N steps (0 = off)")
+    every.fill("2")
+    every.press("Tab")
+    page.locator("#start-btn").click()
+    expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)
+    run_name = page.locator("#run-select input").input_value()
+    cfg = json.loads((runs.runs_dir() / run_name / "config.json").read_text())
+    assert cfg["probe_every"] == 2 and cfg["probe_prompts"] == 4
+
+    # Step 0: the base model's answers to the 4 probe prompts, scored.
+    panel = page.locator("#probes .gs-probes")
+    expect(panel).to_have_attribute("data-step", "0", timeout=600_000)
+    expect(page.locator("#probes .gs-probe")).to_have_count(4)
+    expect(panel).to_contain_text("step 0 · base")
+    expect(panel).to_contain_text("summary_score")
+    expect(page.locator("#probe-plot")).to_contain_text("total (weighted)", timeout=30_000)
+    shot(page, "probes-01-step0")
+
+    # A later probe step: the panel follows the latest one and compares it with the one before.
+    expect(panel).to_have_attribute("data-steps", re.compile(r"^0,\d+"), timeout=900_000)
+    expect(panel).to_contain_text("Compared with step 0")
+    later = panel.get_attribute("data-step")
+    assert later != "0"
+    expect(page.locator("#probes .gs-probe-history").first).to_contain_text(f"{later}:")
+    shot(page, "probes-02-later-step")
+    shot(page, "probes-03-panel", page.locator("#probes"))
+
+    # Scrub back to the base model.
+    page.locator("#probe-step").get_by_text("0 · base").click()
+    expect(panel).to_have_attribute("data-step", "0", timeout=30_000)
+    expect(panel).not_to_contain_text("Compared with")
+    page.locator("#probe-step").get_by_text("latest").click()
+    expect(panel).not_to_have_attribute("data-step", "0", timeout=30_000)
+
+    page.locator("#stop-btn").click()
+    expect(page.locator("#train-message")).to_contain_text("Stop requested", timeout=30_000)
+    expect(page.locator("#progress [data-state=stopped]")).to_be_visible(timeout=600_000)
+    # The step it stopped on was probed too ("end"), unless it was already a probe step.
+    expect(panel).to_contain_text("· end", timeout=30_000)
+    shot(page, "probes-04-stopped")

@@ -1,0 +1,40 @@
+"""Probes in a real run: the trainer answers held-out prompts at step 0 (the base model), every
+probe_every steps and at the end, and writes evals.jsonl."""
+
+import json
+
+import pytest
+
+from pipeline import runs
+
+from .helpers import make_run, run
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_two_step_run_probes_steps_0_1_and_2(bundled_model_dir):
+    run_dir = make_run("probes", probe_every=1, probe_prompts=2)
+    proc = run(run_dir, "--steps", "2", timeout=1500)  # 2 steps + 3 probes; generous for a busy 2-core box
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    evals = runs.read_evals(run_dir)
+    assert [e["step"] for e in evals] == [0, 1, 2]
+    held_out = json.loads((run_dir / "eval_prompts.json").read_text())[:2]
+    for e in evals:
+        assert set(e["rewards"]) == {"length_target", "token_diversity"}
+        assert len(e["samples"]) == 2 and e["seconds"] > 0
+        totals = [s["total"] for s in e["samples"]]
+        assert e["reward"] == pytest.approx(sum(totals) / 2)
+        for sample, row in zip(e["samples"], held_out):
+            assert sample["prompt"] == row["prompt"][-1]["content"]  # the same held-out prompts every time
+            assert sample["completion"].strip()
+            assert sample["total"] == pytest.approx(sum(sample["rewards"].values()))  # weights are 1
+        assert e["task"]["kind"] == "summary" and len(e["task"]["per_prompt"]) == 2
+
+    # Step 0 is the base model: the same greedy answers as the untouched model gives.
+    from pipeline.generate import generate_batch
+    from pipeline.models import load_model
+
+    base, tok = load_model(str(bundled_model_dir))
+    expected = generate_batch(base, tok, [r["prompt"] for r in held_out], max_new_tokens=24)
+    assert [s["completion"] for s in evals[0]["samples"]] == expected

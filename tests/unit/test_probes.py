@@ -1,0 +1,203 @@
+"""Probes: the held-out answers written during training (pipeline/probes.py), read back (runs.read_evals),
+shown in the Train tab (ui/views.py) and checked for a train/held-out split (pipeline/health.py)."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from pipeline import probes, runs
+from pipeline.config import RunConfig
+from pipeline.health import health_warnings
+from ui import views
+
+ROWS = [{"prompt": [{"role": "user", "content": "Post about <bike> lanes.\n\nTL;DR:"}], "source": "bike lanes"},
+        {"prompt": [{"role": "user", "content": "Post about a roof.\n\nTL;DR:"}], "source": "library roof"}]
+
+
+def probe(step, reward, texts, totals=(1.0, 2.0)):
+    per = {"length_target": [t - 1 for t in totals], "token_diversity": [1.0, 1.0]}
+    return probes.probe_record(step, ROWS, list(texts), per, list(totals), seconds=1.5) | {"reward": reward}
+
+
+EVALS = [probe(0, 1.0, ["Bike lanes are new.", "The roof"], (1.0, 2.0)),
+         probe(5, 2.0, ["New bike lanes open.", "The roof"], (2.0, 2.0)),
+         probe(10, 3.0, ["New bike lanes open downtown.", "Library roof fixed"], (3.0, 3.0))]
+
+
+# ---- the file ----------------------------------------------------------------------------------
+
+
+def test_read_evals_skips_a_torn_line_and_keeps_the_newest_line_per_step(tmp_path):
+    path = tmp_path / "evals.jsonl"
+    runs.append_jsonl(path, {"step": 0, "reward": 1.0, "samples": []})
+    runs.append_jsonl(path, {"step": 5, "reward": 2.0, "samples": []})
+    with open(path, "a") as fh:
+        fh.write('{"step": 10, "rew')  # a trainer killed mid-write
+    runs.append_jsonl(path, {"step": 5, "reward": 2.5, "samples": []})  # probed again after a resume
+    assert [(e["step"], e["reward"]) for e in runs.read_evals(tmp_path)] == [(0, 1.0), (5, 2.5)]
+    assert runs.read_evals(tmp_path / "missing") == []
+
+
+def test_probe_record_has_the_documented_fields():
+    rec = EVALS[0]
+    assert set(rec) == {"step", "reward", "rewards", "task", "seconds", "samples"}
+    assert rec["rewards"] == {"length_target": pytest.approx(0.5), "token_diversity": 1.0}
+    assert rec["task"]["kind"] == "summary" and len(rec["task"]["per_prompt"]) == 2
+    sample = rec["samples"][0]
+    assert sample == {"prompt": "Post about <bike> lanes.\n\nTL;DR:", "completion": "Bike lanes are new.",
+                      "total": 1.0, "rewards": {"length_target": 0.0, "token_diversity": 1.0}}
+
+
+def test_missing_scores_are_left_out_of_the_means():
+    rec = probes.probe_record(1, ROWS, ["a", "b"], {"r": [None, 2.0]}, [None, 2.0], seconds=0)
+    assert rec["reward"] == 2.0 and rec["rewards"] == {"r": 2.0} and rec["samples"][0]["total"] is None
+
+
+# ---- when the callback probes ------------------------------------------------------------------
+
+
+@pytest.fixture
+def probed(monkeypatch, tmp_path):
+    """The real callback with the model call replaced by a recorder: which steps would it probe?"""
+    steps = []
+    monkeypatch.setattr(probes.Prober, "probe", lambda self, model, step: steps.append(step))
+    cfg = RunConfig(probe_every=2, probe_prompts=1)
+    (callback,) = probes.make_probe_callbacks(tmp_path, cfg, tokenizer=None, eval_rows=ROWS)
+    return callback, steps, tmp_path
+
+
+def _state(step, max_steps=5, main=True):
+    return SimpleNamespace(global_step=step, max_steps=max_steps, is_world_process_zero=main)
+
+
+def test_probes_step_0_every_n_steps_and_the_last_step(probed):
+    callback, steps, _ = probed
+    callback.on_train_begin(None, _state(0), SimpleNamespace(should_training_stop=False), model=None)
+    for step in range(1, 6):
+        callback.on_step_end(None, _state(step), SimpleNamespace(should_training_stop=step == 5), model=None)
+    assert steps == [0, 2, 4, 5]
+
+
+def test_a_stop_request_probes_the_step_it_stops_on(probed):
+    callback, steps, _ = probed
+    callback.on_step_end(None, _state(3), SimpleNamespace(should_training_stop=True), model=None)
+    assert steps == [3]
+
+
+def test_a_resumed_run_does_not_probe_step_0_again(probed):
+    callback, steps, run_dir = probed
+    runs.append_jsonl(run_dir / probes.PROBE_FILE, {"step": 0, "reward": 1.0})
+    callback.on_train_begin(None, _state(0), SimpleNamespace(should_training_stop=False), model=None)
+    callback.on_train_begin(None, _state(4), SimpleNamespace(should_training_stop=False), model=None)
+    assert steps == []
+
+
+def test_only_rank_0_probes(probed):
+    callback, steps, _ = probed
+    callback.on_train_begin(None, _state(0, main=False), SimpleNamespace(should_training_stop=False), model=None)
+    callback.on_step_end(None, _state(2, main=False), SimpleNamespace(should_training_stop=False), model=None)
+    assert steps == []
+
+
+def test_probes_off_or_nothing_held_out_adds_no_callback(tmp_path):
+    assert probes.make_probe_callbacks(tmp_path, RunConfig(probe_every=0), None, ROWS) == []
+    assert probes.make_probe_callbacks(tmp_path, RunConfig(probe_prompts=0), None, ROWS) == []
+    assert probes.make_probe_callbacks(tmp_path, RunConfig(), None, []) == []
+
+
+# ---- the Train tab's views ---------------------------------------------------------------------
+
+
+def test_probe_frame_has_total_and_each_reward():
+    frame = views.probe_frame(EVALS)
+    assert set(frame["series"]) == {"total (weighted)", "length_target", "token_diversity"}
+    assert sorted(set(frame["step"])) == [0, 5, 10] and views.probe_frame([]) is None
+
+
+def test_word_diff_marks_inserted_and_struck_words():
+    out = views.word_diff_html("Bike lanes are new.", "New bike lanes open.")
+    assert out == "<del>Bike </del><ins>New bike </ins>lanes <del>are new</del><ins>open</ins>."
+    assert views.word_diff_html("same words", "same words") == "same words"
+    assert views.word_diff_html("", "<script>") == "<ins>&lt;script&gt;</ins>"
+    assert views.word_diff_html("line one\nline two", "line one\nline 2").startswith("line one\nline ")
+
+
+def test_empty_panel_explains_probes_with_the_run_settings():
+    text = views.probes_html([], None, {"probe_every": 5, "probe_prompts": 4}, "running")
+    assert "4 held-out prompts" in text and "every 5 steps" in text and "step 0 is the base model" in text
+    assert "first probe" in text
+    assert "off" in views.probes_html([], None, {"probe_every": 0, "probe_prompts": 4}, "running")
+    assert "wrote no probes" in views.probes_html([], None, {"probe_every": 5}, "finished")
+
+
+def test_panel_shows_the_latest_step_with_changes_scores_and_task_metric():
+    out = views.probes_html(EVALS, "latest", {"max_steps": 10}, "finished")
+    assert "data-step='10'" in out and "step 10 · end" in out
+    assert "Compared with step 5" in out and "open <ins>downtown</ins>." in out
+    assert "held-out reward <b>3</b> (+2 vs step 0)" in out
+    assert "summary_score" in out and "length_target" in out and "total <b>3</b> (+1 since step 5)" in out
+    assert "0: 1 → 5: 2 → <b>10: 3</b>" in out  # the prompt's total at every probe step
+    assert "&lt;bike&gt;" in out and "<bike>" not in out
+
+
+def test_panel_scrubs_to_an_earlier_step():
+    base = views.probes_html(EVALS, "0", {"max_steps": 10}, "running")
+    assert "data-step='0'" in base and "step 0 · base" in base and "<ins>" not in base
+    middle = views.probes_html(EVALS, "5", {"max_steps": 10}, "running")
+    assert "Compared with step 0" in middle and "unchanged since step 0" in middle
+    assert "data-step='10'" in views.probes_html(EVALS, "99", {}, "running")  # unknown step: the newest
+
+
+def test_step_choices_follow_the_probes():
+    choices = views.probe_choices(EVALS, max_steps=10, state="finished")
+    assert choices == [("latest", "latest"), ("0 · base", "0"), ("5", "5"), ("10 · end", "10")]
+
+
+# ---- health: train reward up, held-out reward down ---------------------------------------------
+
+
+def train_rows(rewards):
+    return [{"step": i, "reward": r, "reward_std": 1.0, "frac_reward_zero_std": 0.0, "kl": 0.01, "entropy": 2.0}
+            for i, r in enumerate(rewards, 1)]
+
+
+def held(*rewards):
+    return [{"step": 5 * i, "reward": r} for i, r in enumerate(rewards)]
+
+
+def test_held_out_falling_while_train_rises_warns_with_a_fix():
+    rows = train_rows([1.0 + 0.2 * i for i in range(10)])
+    warnings = health_warnings(rows, held(5.0, 4.5, 3.0))
+    assert [w.key for w in warnings] == ["held_out_falls"]
+    w = warnings[0]
+    assert "reward hacking" in w.detail and "from 5 to 3" in w.detail and "learning rate" in w.fix
+    assert "Completions over time" in w.fix
+    assert "Held-out reward falls" in views.health_html(rows, held(5.0, 4.5, 3.0))
+
+
+def test_no_held_out_warning_when_both_fall_both_rise_or_too_few_probes():
+    rising = train_rows([1.0 + 0.2 * i for i in range(10)])
+    falling = train_rows([3.0 - 0.2 * i for i in range(10)])
+    assert health_warnings(falling, held(5.0, 4.5, 3.0)) == []  # both fall: a bad run, not a split
+    assert health_warnings(rising, held(3.0, 4.0, 5.0)) == []  # both rise: learning
+    assert health_warnings(rising, held(5.0, 3.0)) == []  # two probes are not a trend
+    assert health_warnings(rising, held(5.0, 3.0, 4.0)) == []  # not a steady fall
+    assert health_warnings(rising, held(5.0, 5.0, 5.0)) == []  # flat
+    assert health_warnings(rising) == []  # no probes at all
+
+
+def test_train_tab_reads_a_runs_probes_and_skips_when_nothing_changed():
+    from ui.train import probe_view
+
+    run_dir = runs.new_run_dir("probe-view")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=10).to_dict())
+    runs.write_status(run_dir, "stopped")
+    assert "step 0 is the base model" in probe_view(run_dir.name, "latest")["panel"]
+    for e in EVALS:
+        runs.append_jsonl(run_dir / probes.PROBE_FILE, e)
+    view = probe_view(run_dir.name, "latest")
+    assert "data-step='10'" in view["panel"] and ("0 · base", "0") in view["choices"]
+    assert set(view["plot"]["series"]) == {"total (weighted)", "length_target", "token_diversity"}
+    assert probe_view(run_dir.name, "latest", view["sig"]) is None  # the timer sends nothing
+    assert "data-step='5'" in probe_view(run_dir.name, "5", view["sig"])["panel"]
+    assert probe_view("../etc", "latest")["plot"] is None  # only existing run folders are read
