@@ -28,6 +28,7 @@ HYPER_FIELDS = [
     "max_completion_length", "max_prompt_tokens", "temperature", "top_p", "loss_type", "scale_rewards",
     "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "seed", "save_steps", "precision",
     "gradient_checkpointing", "reward_errors", "reward_timeout_s", "probe_every", "probe_prompts",
+    "warmup_steps", "mask_truncated_completions", "fast_engine",
 ]
 REWARD_COLUMNS = ["use", "reward", "weight", "params (JSON)"]
 

@@ -33,7 +33,9 @@ LABELS = {
     "lora_r": "LoRA r", "lora_alpha": "LoRA alpha", "lora_dropout": "LoRA dropout",
     "lora_target_modules": "LoRA target modules", "seed": "Seed", "save_steps": "Checkpoint every N steps",
     "precision": "Precision", "gradient_checkpointing": "Gradient checkpointing", "reward_errors": "On reward errors",
-    "reward_timeout_s": "Reward timeout (s)", "probe_every": "Probe every N steps (0 = off)",
+    "reward_timeout_s": "Reward timeout (s)", "warmup_steps": "Warm-up steps",
+    "mask_truncated_completions": "Mask cut-off completions", "fast_engine": "Fast engine (one process)",
+    "probe_every": "Probe every N steps (0 = off)",
     "probe_prompts": "Probe prompts (held out)",
 }
 UPLOAD_TYPES = [".csv", ".jsonl", ".json"]
@@ -294,9 +296,11 @@ def delete_run(name: str | None, confirmed: bool):
     return f"🗑 Deleted **{name}**.", False
 
 
-def fill_preset(name: str):
-    values = config_to_form(apply_preset(RunConfig(), name))
-    return [values[f] for f in HYPER_FIELDS]
+def fill_preset(name: str, allow_custom: bool = False):
+    """A preset fills the hyperparameters and the rewards table (seed 000's pair is a preset)."""
+    config = apply_preset(RunConfig(), name)
+    values = config_to_form(config)
+    return [reward_rows(config, allow_custom=allow_custom), *[values[f] for f in HYPER_FIELDS]]
 
 
 # ---- layout ------------------------------------------------------------------------------------
@@ -418,7 +422,7 @@ def build(allow_custom: bool = False) -> None:
                       source, [file_box, hub_box])
         upload.upload(store_upload, upload, [stored_path, prompt_col, answer_col, upload_msg])
         preview_btn.click(preview_dataset, form, preview, concurrency_id="model", concurrency_limit=1)
-        preset.change(fill_preset, preset, hyper)
+        preset.change(lambda name: fill_preset(name, allow_custom), preset, [rewards, *hyper])
         check_btn.click(run_preflight, [allow, *form], message, concurrency_id="model", concurrency_limit=1)
         cmd_btn.click(show_command, [allow, nproc, *form], command)
         start_btn.click(start_training, [allow, nproc, *form], [run_select, message], concurrency_limit=1,
