@@ -154,6 +154,11 @@ class RunConfig:
 
     # Runtime
     save_steps: int = field(default=10, metadata=_help("Write a resumable checkpoint every N steps."))
+    keep_checkpoints: int = field(
+        default=3,
+        metadata=_help("Complete checkpoints kept on disk, newest first; 0 keeps all. Each holds the adapter and the "
+                       "optimizer state, so they pile up. The newest complete one is never deleted."),
+    )
     precision: str = field(
         default="auto",
         metadata=_help("auto = bf16 on a GPU that supports it, fp32 on CPU. bf16 on CPU is opt-in."),
@@ -271,6 +276,8 @@ class RunConfig:
             out.append("probe_every and probe_prompts cannot be negative (0 turns probes off).")
         if self.save_steps < 1:
             out.append("save_steps must be at least 1.")
+        if self.keep_checkpoints < 0:
+            out.append("keep_checkpoints cannot be negative (0 keeps every checkpoint).")
         if self.gradient_accumulation_steps < 1:
             out.append("Gradient accumulation must be at least 1.")
 

@@ -252,6 +252,21 @@ def last_complete_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+def prune_checkpoints(run_dir: str | Path, keep: int) -> list[Path]:
+    """Delete complete checkpoints older than the newest `keep` (0 keeps all); returns the deleted ones.
+
+    Unfinished folders are left alone: one is the save in progress, others are resume's to remove.
+    Each loses its marker before its files, so a kill mid-delete leaves a folder that reads as incomplete.
+    """
+    if keep <= 0:
+        return []
+    old = checkpoints(run_dir)[:-keep]
+    for ckpt in old:
+        (ckpt / CHECKPOINT_MARKER).unlink(missing_ok=True)
+        shutil.rmtree(ckpt, ignore_errors=True)
+    return old
+
+
 def checkpoint_step(path: str | Path) -> int:
     return int(Path(path).name.split("-")[-1])
 

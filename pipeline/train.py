@@ -168,7 +168,8 @@ def _prompt_text(prompt) -> str:
     return str(prompt)
 
 
-def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, guards: list[GuardedReward]):
+def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, guards: list[GuardedReward],
+                  keep_checkpoints: int = 0):
     from transformers import TrainerCallback
 
     class StudioCallback(TrainerCallback):
@@ -200,6 +201,8 @@ def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, 
                 ckpt = run_dir / f"checkpoint-{state.global_step}"
                 if ckpt.is_dir():
                     (ckpt / runs.CHECKPOINT_MARKER).write_text(str(time.time()))
+                    # Only now that the new one is complete may an older one go (see save_total_limit).
+                    runs.prune_checkpoints(run_dir, keep_checkpoints)
 
     return StudioCallback()
 
@@ -271,6 +274,10 @@ def grpo_args(cfg: RunConfig, run_dir: Path, device: str, precision: str):
         logging_steps=1,
         save_strategy="steps",
         save_steps=cfg.save_steps,
+        # transformers deletes old checkpoints at the end of its save, before on_save marks the new one
+        # complete. The extra slot is that unmarked folder, so keep_checkpoints complete ones survive while
+        # it is written (keep_checkpoints=1 would otherwise leave none); on_save then prunes to keep_checkpoints.
+        save_total_limit=cfg.keep_checkpoints + 1 if cfg.keep_checkpoints > 0 else None,
         gradient_checkpointing=cfg.gradient_checkpointing,
         seed=cfg.seed,
         report_to="none",
@@ -383,7 +390,7 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
         train_dataset=Dataset.from_list(train_rows),
         peft_config=lora,
         # Probes come after the studio callback so they see a Stop request (a probe at the last step).
-        callbacks=[make_callback(run_dir, clock, stop_event, guards),
+        callbacks=[make_callback(run_dir, clock, stop_event, guards, cfg.keep_checkpoints),
                    *make_probe_callbacks(run_dir, cfg, tokenizer, eval_rows, allow_custom_rewards)],
     )
     trainer.studio_clock = clock

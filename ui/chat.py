@@ -14,7 +14,7 @@ import gradio as gr
 from pipeline import runs
 from pipeline.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.generate import (
-    ChatModelError, ModelCache, chat_choices, generation_error_message, run_for_choice, stream_chat,
+    RUN_PREFIX, ChatModelError, ModelCache, chat_choices, generation_error_message, run_for_choice, stream_chat,
 )
 from pipeline.rewards import build_rewards, score
 
@@ -22,12 +22,21 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EXAMPLES = json.loads((ASSETS / "prompts" / "chat_examples.json").read_text(encoding="utf-8"))
 
 
-def default_choice() -> str:
-    """The newest finished run if there is one, else the bundled base model."""
-    for _, value in chat_choices():
-        if value.startswith("run:"):
-            return value
-    return BUNDLED_MODEL_ID
+def default_choice(choices: list[tuple[str, str]] | None = None) -> str:
+    """The run that finished last (its merged model) if there is one, else the bundled base model."""
+    finished = [v for _, v in (chat_choices() if choices is None else choices) if v.startswith(RUN_PREFIX)]
+    if not finished:
+        return BUNDLED_MODEL_ID
+    # By end time, not by name: a run named on the command line ("demo") sorts above the app's dated names.
+    return max(finished, key=lambda v: runs.read_status(runs.runs_dir() / v[len(RUN_PREFIX):]).get("ended_at") or 0)
+
+
+def refreshed_choice(current: str | None, offered: str | None, choices: list[tuple[str, str]]) -> str:
+    """The model a dropdown shows after its list is re-read: a model the user picked stays; the default
+    offered last time (never changed) or a model that is gone becomes today's default, such as the
+    run that just finished."""
+    values = [v for _, v in choices]
+    return current if current in values and current != offered else default_choice(choices)
 
 
 def rewards_for(choice: str) -> tuple[list, str]:
@@ -202,7 +211,8 @@ def build(cache: ModelCache) -> None:
             side_by_side = gr.Checkbox(label="Side by side", value=False, elem_id="chat-side", scale=1)
             choice_b = gr.Dropdown(label="Model B", choices=chat_choices(), value=BUNDLED_MODEL_ID, visible=False,
                                    elem_id="chat-model-b", scale=3)
-            refresh = gr.Button("↻ models", size="sm", scale=0)
+            refresh = gr.Button("↻ models", size="sm", scale=0, elem_id="chat-refresh")
+            offered_a = gr.State(choice_a.value)  # the default Model A was given, to tell it from a user's pick
         with gr.Row():
             chat_a = gr.Chatbot(label="A", height=420, elem_id="chat-a")
             chat_b = gr.Chatbot(label="B", height=420, visible=False, elem_id="chat-b")
@@ -234,12 +244,14 @@ def build(cache: ModelCache) -> None:
                 push = gr.Button("Push to hub")
             push_msg = gr.Markdown()
 
-    def load_choices(a, b):
+    def load_choices(a, b, offered):
+        """Page load and ↻: re-read the models on disk; Model A follows the newest finished run until the
+        user picks a model themselves."""
         choices = chat_choices()
         values = [v for _, v in choices]
-        a = a if a in values else default_choice()
         b = b if b in values else BUNDLED_MODEL_ID
-        return gr.Dropdown(choices=choices, value=a), gr.Dropdown(choices=choices, value=b)
+        return (gr.Dropdown(choices=choices, value=refreshed_choice(a, offered, choices)),
+                gr.Dropdown(choices=choices, value=b), default_choice(choices))
 
     inputs = [box, chat_a, chat_b, choice_a, choice_b, side_by_side, system, max_tokens, temperature, top_p]
     send_event = send.click(respond, inputs, [chat_a, chat_b, box], concurrency_id="chat", concurrency_limit=2)
@@ -248,8 +260,8 @@ def build(cache: ModelCache) -> None:
     clear.click(lambda: ([], [], ""), None, [chat_a, chat_b, scores])
     side_by_side.change(lambda on: (gr.Dropdown(visible=on), gr.Chatbot(visible=on)), side_by_side,
                         [choice_b, chat_b])
-    refresh.click(load_choices, [choice_a, choice_b], [choice_a, choice_b])
+    refresh.click(load_choices, [choice_a, choice_b, offered_a], [choice_a, choice_b, offered_a])
     score_btn.click(score_replies, [chat_a, chat_b, choice_a, choice_b, side_by_side], scores)
     export_btn.click(export_run, choice_a, [export_files, export_msg, snippet], api_name="export_run")
     push.click(push_to_hub, [choice_a, repo, token], push_msg)
-    return load_choices, [choice_a, choice_b]
+    return load_choices, [choice_a, choice_b, offered_a]

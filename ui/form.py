@@ -26,7 +26,7 @@ SOURCE_LABELS = {v: k for k, v in SOURCES.items()}
 HYPER_FIELDS = [
     "num_generations", "batch_size", "max_steps", "learning_rate", "beta", "epsilon",
     "max_completion_length", "max_prompt_tokens", "temperature", "top_p", "loss_type", "scale_rewards",
-    "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "seed", "save_steps", "precision",
+    "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "seed", "save_steps", "keep_checkpoints", "precision",
     "gradient_checkpointing", "reward_errors", "reward_timeout_s", "probe_every", "probe_prompts",
     "warmup_steps", "mask_truncated_completions", "fast_engine",
 ]

@@ -32,6 +32,7 @@ LABELS = {
     "temperature": "Temperature", "top_p": "top-p", "loss_type": "Loss type", "scale_rewards": "Scale by group std",
     "lora_r": "LoRA r", "lora_alpha": "LoRA alpha", "lora_dropout": "LoRA dropout",
     "lora_target_modules": "LoRA target modules", "seed": "Seed", "save_steps": "Checkpoint every N steps",
+    "keep_checkpoints": "Checkpoints to keep",
     "precision": "Precision", "gradient_checkpointing": "Gradient checkpointing", "reward_errors": "On reward errors",
     "reward_timeout_s": "Reward timeout (s)", "warmup_steps": "Warm-up steps",
     "mask_truncated_completions": "Mask cut-off completions", "fast_engine": "Fast engine (one process)",

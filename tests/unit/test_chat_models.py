@@ -97,3 +97,27 @@ def test_concurrent_requests_for_one_model_load_it_once(monkeypatch):
     for t in threads:
         t.join()
     assert calls == ["same"]
+
+
+def test_model_a_offers_the_run_that_finished_last_until_the_user_picks_a_model():
+    from pipeline.config import BUNDLED_MODEL_ID as base
+    from ui.chat import default_choice, refreshed_choice
+
+    no_runs = [("SmolLM2 (base)", base)]
+    assert default_choice(no_runs) == base
+    # Page opened before any run finished: Model A shows the base model it was offered.
+    assert refreshed_choice(base, base, no_runs) == base
+
+    # A run finishes (a command-line name sorts above the dated ones, so age decides, not the name).
+    runs.write_status(_run("zz-cli-demo", merged=True, state="finished"), "finished", ended_at=100.0)
+    runs.write_status(_run("20990101-000000-app", merged=True, state="finished"), "finished", ended_at=200.0)
+    choices = [("zz-cli-demo", "run:zz-cli-demo"), ("app", "run:20990101-000000-app"), ("ckpt", "ckpt:zz-cli-demo:4"),
+               *no_runs]
+    assert default_choice(choices) == "run:20990101-000000-app"
+    # ↻ or a page load: the untouched default moves to that run...
+    assert refreshed_choice(base, base, choices) == "run:20990101-000000-app"
+    # ...a model the user picked stays, the base model included...
+    assert refreshed_choice("ckpt:zz-cli-demo:4", "run:20990101-000000-app", choices) == "ckpt:zz-cli-demo:4"
+    assert refreshed_choice(base, "run:20990101-000000-app", choices) == base
+    # ...and a model that is gone (its run deleted) falls back to the default.
+    assert refreshed_choice("run:deleted", base, choices) == "run:20990101-000000-app"

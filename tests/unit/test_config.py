@@ -76,3 +76,11 @@ def test_presets_apply_and_stay_valid():
 def test_fields_carry_help_text():
     assert "KL" in field_help(RunConfig, "beta")
     assert json.loads(RunConfig().to_json())["dataset"]["source"] == "tldr"
+
+
+def test_keep_checkpoints_defaults_to_three_and_explains_itself():
+    assert RunConfig().keep_checkpoints == 3
+    assert "pile up" in field_help(RunConfig, "keep_checkpoints")
+    assert RunConfig(keep_checkpoints=0).problems() == []  # 0 keeps every checkpoint
+    assert any("keep_checkpoints" in p for p in RunConfig(keep_checkpoints=-1).problems())
+    assert RunConfig.from_dict({"keep_checkpoints": 2}).keep_checkpoints == 2

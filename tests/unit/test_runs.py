@@ -50,6 +50,20 @@ def test_only_complete_checkpoints_count(tmp_path):
     assert len(runs.checkpoints(tmp_path, complete_only=False)) == 3
 
 
+def test_pruning_keeps_the_newest_complete_checkpoints_and_never_an_unfinished_one(tmp_path):
+    for step in (1, 2, 3, 4, 5):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "adapter_model.safetensors").write_text("w")
+    for step in (1, 2, 3, 4):  # checkpoint-5 is still being written
+        (tmp_path / f"checkpoint-{step}" / runs.CHECKPOINT_MARKER).write_text("x")
+    deleted = runs.prune_checkpoints(tmp_path, keep=2)
+    assert [p.name for p in deleted] == ["checkpoint-1", "checkpoint-2"]
+    assert [p.name for p in runs.checkpoints(tmp_path)] == ["checkpoint-3", "checkpoint-4"]
+    assert (tmp_path / "checkpoint-5").is_dir()
+    assert runs.prune_checkpoints(tmp_path, keep=0) == []  # 0 keeps all
+    assert len(runs.checkpoints(tmp_path)) == 2
+
+
 def test_run_listing_and_delete_guard(tmp_path):
     run = runs.new_run_dir("My Run!")
     (run / "config.json").write_text(json.dumps({"model": "m", "rewards": [{"name": "length_target"}],
