@@ -18,6 +18,7 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
     """Config, dataset, model, prompt budget and rewards, in that order; later checks need earlier ones."""
     from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
     from pipeline.models import ModelError, count_prompt_tokens, load_tokenizer, resolve_model
+    from pipeline.probes import reward_kwargs
     from pipeline.reward_check import needs_isolation, score_isolated
     from pipeline.rewards import build_rewards, score
 
@@ -55,7 +56,8 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
             sample = train[0]
             completions = [[{"role": "assistant", "content": text}] for text in
                            ("A short sample answer.", "<think>check</think><answer>42</answer>")]
-            extra = {"answer": [sample["answer"]] * 2} if "answer" in sample else {}
+            # Every dataset column reaches the rewards, as in training (post_similarity reads 'source').
+            extra = reward_kwargs([sample, sample])
             if needs_isolation(cfg.rewards):  # custom code runs in a child process, never in this one
                 result = score_isolated(cfg.rewards, completions, allow_custom=allow_custom_rewards,
                                         timeout_s=cfg.reward_timeout_s, **extra)

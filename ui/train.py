@@ -439,8 +439,12 @@ def build(allow_custom: bool = False) -> None:
             if view is None:
                 return {probe_sig: last}
             values = [v for _, v in view["choices"]]
+            # The value is only reset when the pick is gone: a tick started before the user picked a step
+            # carries the old pick and must not put it back (the next tick redraws with the new one).
+            picker = (gr.Radio(choices=view["choices"]) if pick in values else
+                      gr.Radio(choices=view["choices"], value="latest"))
             return {probe_plot: view["plot"], probes_panel: view["panel"], probe_sig: view["sig"],
-                    probe_pick: gr.Radio(choices=view["choices"], value=pick if pick in values else "latest")}
+                    probe_pick: picker}
 
         timer.tick(refresh_probes, [run_select, probe_pick, probe_sig],
                    {probe_plot, probes_panel, probe_pick, probe_sig}, show_progress="hidden")

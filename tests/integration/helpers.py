@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Small but real: G=4, one prompt per step, short completions so CPU steps take seconds.
 QUICK = dict(num_generations=4, batch_size=4, max_completion_length=24, max_steps=2, save_steps=100)
+# The rewards a QUICK run scores: the default set.
+DEFAULT_REWARDS = {spec.name for spec in RunConfig().rewards}
 
 
 def make_run(label: str, **overrides) -> Path:

@@ -7,7 +7,7 @@ import pytest
 
 from pipeline import runs
 
-from .helpers import make_run, run
+from .helpers import DEFAULT_REWARDS, make_run, run
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ def test_a_two_step_run_probes_steps_0_1_and_2(bundled_model_dir):
     assert [e["step"] for e in evals] == [0, 1, 2]
     held_out = json.loads((run_dir / "eval_prompts.json").read_text())[:2]
     for e in evals:
-        assert set(e["rewards"]) == {"length_target", "token_diversity"}
+        assert set(e["rewards"]) == DEFAULT_REWARDS
         assert len(e["samples"]) == 2 and e["seconds"] > 0
         totals = [s["total"] for s in e["samples"]]
         assert e["reward"] == pytest.approx(sum(totals) / 2)

@@ -7,7 +7,7 @@ import pytest
 from pipeline import runs
 from pipeline.advantages import group_advantages
 
-from .helpers import make_run, run, status
+from .helpers import DEFAULT_REWARDS, make_run, run, status
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def test_metrics_lines_have_every_chart_series(finished_run):
         for key in ("reward", "reward_std", "kl", "loss", "entropy", "completion_length", "clipped_ratio",
                     "step_seconds", "elapsed", "eta_seconds"):
             assert row[key] is not None, key
-        assert set(row["rewards"]) == {"length_target", "token_diversity"}
+        assert set(row["rewards"]) == DEFAULT_REWARDS
         assert row["step_seconds"] > row["gen_seconds"] > 0
     assert rows[-1]["eta_seconds"] == 0
 
@@ -86,5 +86,5 @@ def test_evaluate_scores_base_and_tuned(finished_run):
     assert result["n"] == 3 and len(result["samples"]) == 3
     for side in ("base", "tuned"):
         assert result[side]["reward_mean"] is not None
-        assert set(result[side]["rewards"]) == {"length_target", "token_diversity"}
+        assert set(result[side]["rewards"]) == DEFAULT_REWARDS
     assert result["delta"] == pytest.approx(result["tuned"]["reward_mean"] - result["base"]["reward_mean"])
