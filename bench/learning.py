@@ -38,10 +38,10 @@ def curve_rise(rewards: list[float], window: int = 5) -> tuple[float, float]:
     return statistics.fmean(last) - statistics.fmean(first), noise
 
 
-def one_seed(seed: int, work: Path) -> dict:
+def one_seed(seed: int, work: Path, overrides: dict | None = None) -> dict:
     run_dir = work / f"seed-{seed}"
     run_dir.mkdir()
-    cfg = RunConfig(seed=seed)
+    cfg = RunConfig(**{**(overrides or {}), "seed": seed})
     runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
     t0 = time.time()
     subprocess.run([sys.executable, "-m", "pipeline.train", "--run-dir", str(run_dir)], cwd=ROOT, check=True,
@@ -68,16 +68,19 @@ def one_seed(seed: int, work: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
+                    help="try a variant of the default, e.g. --set learning_rate=5e-4 max_steps=18")
     a = ap.parse_args()
+    overrides = {k: json.loads(v) for k, v in (item.split("=", 1) for item in a.set)}
     ensure_bundled_model()  # converted once, before any timing (a fresh install pays ~30 s once)
     work = Path(tempfile.mkdtemp(prefix="bench-learning-"))
-    cfg = RunConfig()
-    print(f"Default run: {cfg.model}, {cfg.dataset.source}, rewards "
+    cfg = RunConfig(**overrides)
+    print(f"{'Variant ' + str(overrides) if overrides else 'Default run'}: {cfg.model}, {cfg.dataset.source}, rewards "
           f"{', '.join(f'{r.name} x{r.weight:g}' for r in cfg.rewards)}, {cfg.max_steps} steps, G={cfg.num_generations}, "
           f"batch {cfg.batch_size}, lr {cfg.learning_rate:g}, max {cfg.max_completion_length} tokens", flush=True)
     results = []
     for seed in a.seeds:
-        r = one_seed(seed, work)
+        r = one_seed(seed, work, overrides)
         results.append(r)
         print(f"seed {seed}: {r['state']} in {r['train_wall_s']:.0f} s; held-out reward base {r['base']:.1f} -> tuned "
               f"{r['tuned']:.1f} (max {r['max']:.0f}), gap_closed {r['gap_closed']:.1%}; {r['task_metric']} "

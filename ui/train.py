@@ -180,6 +180,11 @@ def stop_training(run_name: str | None):
     return f"**{run_name}** is not running."
 
 
+def plot(frame, x_lim: list[int]) -> gr.LinePlot:
+    """A line-plot update: its data and whole-step x-axis limits."""
+    return gr.LinePlot(frame, x_lim=x_lim)
+
+
 def refresh(run_name: str | None, group_step, last_sig):
     """Timer tick: re-read the run directory; skip every output when nothing changed."""
     path = run_path(run_name)
@@ -202,11 +207,12 @@ def refresh(run_name: str | None, group_step, last_sig):
     pick = int(group_step or 0)
     record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
     slider = gr.Slider(minimum=0, maximum=max(steps + [1]), step=1)  # a slider needs max > min
+    lim = views.step_axis(cfg.get("max_steps"), [m["step"] for m in metrics])
     return [
         views.progress_html(run_name, status, metrics, cfg.get("max_steps")),
         views.health_html(metrics, evals),
-        views.reward_frame(metrics),
-        *[views.metric_frame(metrics, chart) for chart in views.CHARTS],
+        plot(views.reward_frame(metrics), lim),
+        *[plot(views.metric_frame(metrics, chart), lim) for chart in views.CHARTS],
         views.groups_html(record),
         runs.log_tail(path, 30),
         slider,
@@ -229,7 +235,8 @@ def probe_view(run_name: str | None, pick, last_sig=None) -> dict | None:
         return None
     evals = runs.read_evals(path)
     cfg = json.loads((path / "config.json").read_text())
-    return {"plot": views.probe_frame(evals), "panel": views.probes_html(evals, pick, cfg, state),
+    lim = views.step_axis(cfg.get("max_steps"), [e["step"] for e in evals], start=0)
+    return {"plot": views.probe_frame(evals), "x_lim": lim, "panel": views.probes_html(evals, pick, cfg, state),
             "choices": views.probe_choices(evals, cfg.get("max_steps"), state), "sig": sig}
 
 
@@ -249,7 +256,8 @@ def refresh_runs(current: str | None):
 
 
 def compare_runs(selected: list[str]):
-    return views.compare_frame({name: runs.read_metrics(p) for name in selected or [] if (p := run_path(name))})
+    metrics = {name: runs.read_metrics(p) for name in selected or [] if (p := run_path(name))}
+    return plot(views.compare_frame(metrics), views.step_axis(None, [r["step"] for rows in metrics.values() for r in rows]))
 
 
 def resume_training(name: str | None, allow_custom: bool):
@@ -443,7 +451,7 @@ def build(allow_custom: bool = False) -> None:
             # carries the old pick and must not put it back (the next tick redraws with the new one).
             picker = (gr.Radio(choices=view["choices"]) if pick in values else
                       gr.Radio(choices=view["choices"], value="latest"))
-            return {probe_plot: view["plot"], probes_panel: view["panel"], probe_sig: view["sig"],
+            return {probe_plot: plot(view["plot"], view.get("x_lim")), probes_panel: view["panel"], probe_sig: view["sig"],
                     probe_pick: picker}
 
         timer.tick(refresh_probes, [run_select, probe_pick, probe_sig],

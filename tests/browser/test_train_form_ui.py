@@ -1,0 +1,54 @@
+"""Values typed into the Train form are the values the run gets, even when typed the moment the page opens."""
+
+import json
+
+import pytest
+from playwright.sync_api import expect
+
+from pipeline import runs
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def test_typed_settings_reach_the_run_config(page, app_url):
+    # No waiting for the page to settle: a user who types at once must not lose what they typed to
+    # anything the page does while it loads (run list, chat models, RAG table).
+    page.goto(app_url)
+    page.get_by_text("All settings").click()
+    steps = page.get_by_label("Steps", exact=True)
+    steps.fill("6")
+    steps.press("Tab")
+    every = page.get_by_label("Checkpoint every N steps")
+    every.fill("1")
+    every.press("Tab")
+    page.wait_for_timeout(1000)
+    page.locator("#start-btn").click()
+    expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)
+    run_name = page.locator("#run-select input").input_value()
+    cfg = json.loads((runs.runs_dir() / run_name / "config.json").read_text())
+    assert (cfg["max_steps"], cfg["save_steps"]) == (6, 1)
+    expect(steps).to_have_value("6")
+    page.locator("#stop-btn").click()
+    expect(page.locator("#progress [data-state=stopped]")).to_be_visible(timeout=600_000)
+
+
+def test_a_preset_then_typed_values(page, app_url):
+    """Picking a preset fills the form; values typed after it are kept."""
+    page.goto(app_url)
+    page.get_by_label("Preset").click()
+    page.get_by_role("option", name="Seed 000 pair (length + diversity)").click()
+    similarity = page.locator("#rewards-table [role=row]", has_text="post_similarity").locator("input[type=checkbox]")
+    expect(similarity).not_to_be_checked(timeout=30_000)  # the preset's rewards: seed 000's pair only
+    page.get_by_text("All settings").click()
+    steps = page.get_by_label("Steps", exact=True)
+    steps.fill("7")
+    steps.press("Tab")
+    page.wait_for_timeout(1000)
+    page.locator("#start-btn").click()
+    expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)
+    run_name = page.locator("#run-select input").input_value()
+    cfg = json.loads((runs.runs_dir() / run_name / "config.json").read_text())
+    assert cfg["max_steps"] == 7
+    assert {r["name"] for r in cfg["rewards"]} == {"length_target", "token_diversity"}
+    page.locator("#stop-btn").click()
+    expect(page.locator("#progress [data-state=stopped]")).to_be_visible(timeout=600_000)
