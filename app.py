@@ -31,6 +31,7 @@ def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None
         demo.load(refresh_runs, run_select, outputs)
         demo.load(load_chat_choices, chat_models, chat_models)
         demo.load(load_rag, rag_inputs, rag_outputs)
+        demo.load(None, js=train.CLOSE_SETTINGS_JS)  # see ui/train.py: the settings are mounted, then folded
     return demo
 
 

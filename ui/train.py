@@ -24,6 +24,19 @@ from pipeline.rewards import reward_registry
 from ui import views
 from ui.form import HYPER_FIELDS, REWARD_COLUMNS, SOURCES, config_to_form, form_to_config, reward_rows
 
+# The "All settings" accordion is built open, so Gradio mounts its fields with the page, and folded once the
+# page has loaded; until then studio.css keeps its content hidden. Built closed, a field typed into while
+# the page was still loading was set back to its initial value (2 of 6 tries in a probe).
+CLOSE_SETTINGS_JS = """() => {
+  const header = document.querySelector('#all-settings button.label-wrap');
+  if (header && header.classList.contains('open')) header.click();
+  document.body.classList.add('gs-settings-ready');
+}"""
+def settings_accordion() -> gr.Accordion:
+    """The "All settings" accordion: built open, folded on page load (CLOSE_SETTINGS_JS)."""
+    return gr.Accordion("All settings", open=True, elem_id="all-settings")
+
+
 CHOICES = {"loss_type": LOSS_TYPES, "precision": PRECISIONS, "reward_errors": REWARD_ERROR_POLICIES}
 LABELS = {
     "num_generations": "Group size G", "batch_size": "Batch (completions / step)", "max_steps": "Steps",
@@ -355,7 +368,7 @@ def build(allow_custom: bool = False) -> None:
                 gr.Markdown("### 3. Hyperparameters")
                 preset = gr.Dropdown(choices=list(PRESETS), value="Quick CPU demo", label="Preset")
                 hyper = []
-                with gr.Accordion("All settings", open=False):
+                with settings_accordion():
                     for name in HYPER_FIELDS:
                         hyper.append(hyper_component(name, defaults[name]))
 

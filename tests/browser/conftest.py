@@ -55,3 +55,24 @@ def page(browser):
     active = runner.active_run()
     if active is not None:
         runner.stop_run(active, grace_s=120)
+
+
+def open_settings(page, timeout_s: float = 60.0):
+    """Open the Train tab's "All settings" as a user would: click its header if it is closed, until the
+    fields show (a page still loading may not show them yet), and go on the moment they do."""
+    import time
+
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    header = page.locator("#all-settings button.label-wrap")
+    content = page.locator("#all-settings [data-testid=accordion-content]")
+    deadline = time.time() + timeout_s
+    while True:
+        assert time.time() < deadline, "the settings never opened"
+        if "open" not in (header.get_attribute("class") or "").split():
+            header.click()
+        try:
+            content.wait_for(state="visible", timeout=500)
+            return
+        except PlaywrightTimeout:
+            continue

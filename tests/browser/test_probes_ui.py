@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from pipeline import runs
 
-from .conftest import ARTIFACTS
+from .conftest import ARTIFACTS, open_settings
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -29,7 +29,7 @@ def test_completions_over_time_show_step_0_then_a_later_probe(page, app_url):
 
     # The Quick CPU demo preset, with probes every 2 steps instead of 5 so the test sees a second probe soon.
     expect(page.get_by_label("Preset")).to_have_value("Quick CPU demo")
-    page.get_by_text("All settings").click()
+    open_settings(page)
     every = page.get_by_label("Probe every N steps (0 = off)")
     every.fill("2")
     every.press("Tab")
