@@ -17,7 +17,7 @@ from typing import Any
 BUNDLED_MODEL_ID = "bundled/SmolLM2-135M-Instruct"
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DATASET_SOURCES = ("tldr", "arithmetic", "file", "hub")
 REWARD_ERROR_POLICIES = ("fail", "skip")
 
@@ -161,7 +161,8 @@ class RunConfig:
     )
     precision: str = field(
         default="auto",
-        metadata=_help("auto = bf16 on a GPU that supports it, fp32 on CPU. bf16 on CPU is opt-in."),
+        metadata=_help("auto = bf16 on GPUs that do it natively (compute capability 8.0+, Ampere and later), fp16 "
+                       "mixed precision on older GPUs (LoRA weights stay fp32), fp32 on CPU. bf16 on CPU is opt-in."),
     )
     gradient_checkpointing: bool = field(
         default=False,

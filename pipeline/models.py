@@ -174,21 +174,53 @@ def pick_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def choose_precision(precision: str, device: str, capability: tuple[int, int] | None = None) -> str:
+    """The precision a run trains in, from the setting, the device and the GPU's compute capability.
+    bf16 only where the card does it natively (compute capability 8.0, Ampere, and later):
+    `torch.cuda.is_bf16_supported()` also says True on older cards, which emulate it slowly.
+
+    >>> [choose_precision("auto", "cuda", c) for c in [(9, 0), (8, 0), (7, 5), (6, 0)]]
+    ['bf16', 'bf16', 'fp16', 'fp16']
+    >>> choose_precision("auto", "cpu"), choose_precision("bf16", "cpu"), choose_precision("fp32", "cuda", (7, 0))
+    ('fp32', 'bf16', 'fp32')
+    >>> choose_precision("bf16", "cuda", (7, 5))
+    Traceback (most recent call last):
+    ...
+    pipeline.models.ModelError: bf16 is not native on this GPU (compute capability 7.5; bf16 needs 8.0 or later, Ampere): it would be emulated, slowly, and vLLM could not serve the merged model there. Choose fp16 (or auto, which picks it) or fp32.
+    """
+    if precision == "auto":
+        if device != "cuda":
+            return "fp32"
+        return "bf16" if capability and capability >= (8, 0) else "fp16"
+    if precision == "bf16" and device == "cuda" and capability and capability < (8, 0):
+        raise ModelError(f"bf16 is not native on this GPU (compute capability {capability[0]}.{capability[1]}; "
+                         "bf16 needs 8.0 or later, Ampere): it would be emulated, slowly, and vLLM could not serve "
+                         "the merged model there. Choose fp16 (or auto, which picks it) or fp32.")
+    if precision == "fp16" and device != "cuda":
+        raise ModelError("fp16 mixed precision needs a CUDA GPU. On CPU choose fp32 (or bf16 where the CPU has it).")
+    return precision
+
+
 def resolve_precision(precision: str, device: str) -> str:
-    """'auto' -> bf16 on a GPU that supports it, else fp32 (CPU bf16 is an explicit opt-in)."""
-    if precision != "auto":
-        return precision
+    """choose_precision with this machine's GPU."""
+    capability = None
     if device == "cuda":
         import torch
 
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "fp32"
+        capability = tuple(torch.cuda.get_device_capability())
+    return choose_precision(precision, device, capability)
 
 
-def torch_dtype(precision: str):
+def torch_dtype(precision: str, training: bool = False):
+    """Weights' dtype. fp16 training is mixed precision: the weights (and so the LoRA weights) stay fp32
+    and autocast runs the matmuls in fp16; fp16 inference loads the weights in fp16."""
     import torch
 
-    return torch.bfloat16 if precision == "bf16" else torch.float32
+    if precision == "bf16":
+        return torch.bfloat16
+    if precision == "fp16" and not training:
+        return torch.float16
+    return torch.float32
 
 
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")

@@ -168,6 +168,22 @@ def _prompt_text(prompt) -> str:
     return str(prompt)
 
 
+def agree_to_stop(stop_event: threading.Event, device=None) -> bool:
+    """Whether to stop now. Under torchrun every rank must take the same decision at the same step, or
+    the ranks that go on wait for the others in their next collective until the timeout: the ranks
+    share their flags (max over ranks), and a rank that learns of the Stop from another sets its own."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        import torch
+
+        flag = torch.tensor([1.0 if stop_event.is_set() else 0.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() > 0:
+            stop_event.set()
+    return stop_event.is_set()
+
+
 def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, guards: list[GuardedReward],
                   keep_checkpoints: int = 0):
     from transformers import TrainerCallback
@@ -185,7 +201,7 @@ def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, 
             clock.session_step_seconds += elapsed
             clock.last_step_seconds = elapsed
             clock.last_gen_seconds = clock.gen_seconds
-            if stop_event.is_set():
+            if agree_to_stop(stop_event, args.device):
                 control.should_training_stop = True
                 control.should_save = True  # leave a resumable checkpoint at the step we stopped on
             return control
@@ -254,7 +270,7 @@ def grpo_args(cfg: RunConfig, run_dir: Path, device: str, precision: str):
         output_dir=str(run_dir),
         use_cpu=device == "cpu",  # GRPOConfig refuses CPU-only machines otherwise
         bf16=precision == "bf16",
-        fp16=False,
+        fp16=precision == "fp16",  # mixed precision: the model is loaded in fp32 (see torch_dtype)
         learning_rate=cfg.learning_rate,
         lr_scheduler_type="constant_with_warmup",  # short runs: a decaying rate hides whether learning works
         warmup_steps=cfg.warmup_steps,
@@ -359,6 +375,9 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
                           else max(1, (os.cpu_count() or 1) // int(os.environ.get("WORLD_SIZE", "1"))))
     log.info("Device %s, precision %s, model %s, world size %s", device, precision, cfg.model,
              os.environ.get("WORLD_SIZE", "1"))
+    if main:  # the run header shows what was resolved, not the setting ("auto")
+        runs.write_status(run_dir, "running", device=device, precision=precision,
+                          world_size=int(os.environ.get("WORLD_SIZE", "1")))
 
     path = resolve_model(cfg.model)
     tokenizer = load_tokenizer(path)
@@ -372,7 +391,7 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
 
     guards, weights = build_rewards(cfg.rewards, policy=cfg.reward_errors, allow_custom=allow_custom_rewards,
                                     on_warning=lambda msg: log.warning(msg), timeout_s=cfg.reward_timeout_s)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(precision))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(precision, training=True))
     targets = cfg.lora_target_modules.strip()
     lora = LoraConfig(
         task_type="CAUSAL_LM", r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
@@ -406,7 +425,7 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
             log.info("No complete checkpoint to resume from: starting from step 0.")
         else:
             log.info("Resuming from %s", checkpoint.name)
-    if stop_event.is_set():
+    if agree_to_stop(stop_event, trainer.args.device):
         log.info("Stop requested before training began.")
     else:
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)

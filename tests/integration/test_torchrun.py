@@ -1,5 +1,6 @@
 """The same entry point under torchrun with two CPU ranks (gloo): the path to several GPUs."""
 
+import os
 import subprocess
 import sys
 
@@ -24,3 +25,39 @@ def test_two_cpu_ranks_train_one_step(bundled_model_dir):
     [step] = runs.read_groups(run_dir)
     assert len(step["groups"]) == 2
     assert [r["step"] for r in runs.read_metrics(run_dir)] == [1]
+
+
+def test_stop_from_the_runner_reaches_every_rank_and_the_next_run_starts_at_once(bundled_model_dir):
+    """Stop signals torchrun, which passes it to both ranks (each in its own session); they agree on the
+    step, save, merge and exit, and a new run can start straight away."""
+    import psutil
+
+    from pipeline import runner
+    from pipeline.config import RunConfig
+
+    from .helpers import QUICK, wait_for
+
+    cfg = RunConfig(**{**QUICK, "max_steps": 50, "max_completion_length": 16, "probe_every": 0})
+    run_dir = runner.start_run(cfg, label="torchrun-stop", nproc=2)
+    wait_for(lambda: (runs.read_metrics(run_dir) or [{}])[-1].get("step", 0) >= 1, 900, "a first step")
+    launcher = psutil.Process(runs.launcher(run_dir)["pid"])
+    procs = [launcher, *launcher.children(recursive=True)]
+    ranks = [p for p in procs if "pipeline.train" in " ".join(p.cmdline()) and p is not launcher]
+    assert len(ranks) >= 2, [p.cmdline() for p in procs]
+    assert len({os.getsid(p.pid) for p in ranks}) == 2  # each rank in its own session, as torch 2.13 starts them
+
+    assert runner.stop_run(run_dir)
+    gone, alive = psutil.wait_procs(procs, timeout=600)
+    assert not alive, [p.cmdline() for p in alive]  # every process exited: none left waiting in a collective
+    st = status(run_dir)
+    assert st["state"] == "stopped", st
+    ckpt = runs.last_complete_checkpoint(run_dir)
+    assert ckpt is not None and int(ckpt.name.split("-")[1]) == st["step"]
+    assert (run_dir / "adapter" / "adapter_config.json").exists()
+    assert (run_dir / "merged" / "config.json").exists()
+    # Both ranks stopped on the same step: no rank logged past it.
+    assert max(r["step"] for r in runs.read_metrics(run_dir)) == st["step"]
+
+    nxt = runner.start_run(RunConfig(**{**QUICK, "max_steps": 1}), label="after-stop")
+    assert runs.read_status(nxt)["state"] in runs.ACTIVE_STATES
+    runner.stop_run(nxt, grace_s=300)
