@@ -269,6 +269,41 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+GPU_SETUP = "make setup-gpu (requirements-gpu.txt: versions of vLLM, bitsandbytes and transformers that TRL 1.16 supports)"
+
+
+def runtime_problems(cfg, device: str, installed=None) -> list[str]:
+    """What this machine lacks for the config: a GPU, or a package. `installed(name)` says whether a module
+    can be imported (defaults to importlib's finder).
+
+    >>> from pipeline.config import RunConfig
+    >>> runtime_problems(RunConfig(load_in_4bit=True), "cpu", lambda m: True)[0][:38]
+    '4-bit QLoRA (load_in_4bit) needs a CUD'
+    >>> runtime_problems(RunConfig(use_vllm=True), "cuda", lambda m: False)[0][:60]
+    'use_vllm needs the vllm package, which is not installed. Run'
+    >>> runtime_problems(RunConfig(report_to="tensorboard"), "cpu", lambda m: m != "tensorboard")
+    ["report_to 'tensorboard' needs the tensorboard package: pip install tensorboard (or set report_to to none)."]
+    """
+    installed = installed or (lambda name: importlib.util.find_spec(name) is not None)
+    out = []
+    if cfg.use_vllm:
+        if device != "cuda":
+            out.append("use_vllm needs a CUDA GPU: turn it off to generate with transformers on this machine.")
+        elif not installed("vllm"):
+            out.append(f"use_vllm needs the vllm package, which is not installed. Run {GPU_SETUP}; a bare "
+                       "`pip install vllm` takes a release outside TRL 1.16's range. Or turn use_vllm off.")
+    if cfg.load_in_4bit:
+        if device != "cuda":
+            out.append("4-bit QLoRA (load_in_4bit) needs a CUDA GPU: bitsandbytes' 4-bit kernels do not run on this "
+                       "machine's CPU. Turn it off to train LoRA on the full-precision model.")
+        elif not installed("bitsandbytes"):
+            out.append(f"4-bit QLoRA needs the bitsandbytes package. Run {GPU_SETUP}.")
+    if cfg.report_to != "none" and not installed(cfg.report_to):
+        out.append(f"report_to '{cfg.report_to}' needs the {cfg.report_to} package: pip install {cfg.report_to} "
+                   "(or set report_to to none).")
+    return out
+
+
 def load_tokenizer(path: str):
     from transformers import AutoTokenizer
 
@@ -292,7 +327,10 @@ def load_model(model_id: str, device: str | None = None, precision: str = "auto"
     try:
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        if device == "cuda":  # straight onto the GPU (device_map), never a CPU copy first
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map="cuda")
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
         tokenizer = load_tokenizer(path)
     except Exception as exc:  # noqa: BLE001
         raise ModelError(f"Could not load '{model_id}': {exc}") from None

@@ -71,7 +71,8 @@ def busy_run() -> tuple[Path, str] | None:
         return active, "is still training. Stop it or wait for it to finish"
     for run_dir in runs.iter_run_dirs():
         if runs.launcher_alive(run_dir):
-            return run_dir, "is still shutting down (its processes are exiting). Try again in a few seconds"
+            return run_dir, ("is still shutting down (its processes are exiting). Try again in a few seconds, or "
+                             "press Stop on it to end them now")
     return None
 
 
@@ -143,12 +144,34 @@ def resume_run(run_dir: Path, nproc: int | None = None, allow_custom_rewards: bo
     return run_dir
 
 
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and all its descendants (torchrun's ranks run in sessions of their own)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.Error:
+        return
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+
+
 def stop_run(run_dir: Path, grace_s: float = 0.0) -> bool:
     """Ask the run to stop: SIGTERM to the launcher's process group (the trainer itself, or torchrun,
     which passes it to every rank). The ranks stop on the same step, save, and rank 0 marks the run
     stopped. Returns False when there was nothing to stop."""
     status = runs.read_status(run_dir)
     if status.get("state") not in runs.ACTIVE_STATES:
+        if runs.launcher_alive(run_dir):
+            # The run has ended (a rank failed) but processes linger, e.g. rank 0 waiting for the failed rank
+            # in a collective, which no signal interrupts: end them now.
+            _kill_tree(int((runs.launcher(run_dir) or {})["pid"]))
+            return True
         return False
     info = runs.launcher(run_dir) or {}
     pid = info.get("pid") if runs.launcher_alive(run_dir) else status.get("pid")

@@ -61,3 +61,36 @@ def test_stop_from_the_runner_reaches_every_rank_and_the_next_run_starts_at_once
     nxt = runner.start_run(RunConfig(**{**QUICK, "max_steps": 1}), label="after-stop")
     assert runs.read_status(nxt)["state"] in runs.ACTIVE_STATES
     runner.stop_run(nxt, grace_s=300)
+
+
+def test_a_failure_on_rank_1_reaches_the_status_and_the_log_and_stop_ends_the_rest(bundled_model_dir):
+    """Rank 1's reward raises; rank 0 is left waiting for it in a collective. The run shows rank 1's own
+    error (not 'crashed'), the log tail has rank 1's message, and Stop ends the processes that linger."""
+    import psutil
+
+    from pipeline import runner
+    from pipeline.config import RewardSpec, RunConfig
+
+    from .helpers import QUICK, wait_for
+
+    code = ("import os\n"
+            "def reward(completions, **kwargs):\n"
+            "    if os.environ.get('RANK') == '1':\n"
+            "        raise ValueError('only rank 1 cannot score this')\n"
+            "    return [0.0 for _ in completions]\n")
+    cfg = RunConfig(**{**QUICK, "max_steps": 3, "max_completion_length": 8, "probe_every": 0,
+                       "rewards": [RewardSpec("custom_python", 1.0, {"code": code})]})
+    run_dir = runner.start_run(cfg, label="rank1-fails", nproc=2, allow_custom_rewards=True)
+    st = wait_for(lambda: (s := runs.read_status(run_dir))["state"] == "failed" and s, 900, "the failed status")
+    assert st["error"].startswith("Rank 1: ") and "only rank 1 cannot score this" in st["error"], st
+    assert not st.get("crashed")
+    wait_for(lambda: "[rank 1]" in runs.log_tail(run_dir, 200), 60, "rank 1's lines in train.log")
+    assert "only rank 1 cannot score this" in runs.log_tail(run_dir, 200)
+
+    launcher = psutil.Process(runs.launcher(run_dir)["pid"])
+    procs = [launcher, *launcher.children(recursive=True)]
+    if runs.launcher_alive(run_dir):  # rank 0 still waiting for rank 1: Stop ends it
+        assert runner.stop_run(run_dir)
+    gone, alive = psutil.wait_procs(procs, timeout=60)
+    assert not alive, [p.cmdline() for p in alive]
+    assert runner.busy_run() is None
