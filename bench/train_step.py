@@ -69,6 +69,8 @@ def run_plain(cfg: RunConfig, model_dir: Path, prompts: Path, work: Path, name: 
            "--lora-dropout", str(cfg.lora_dropout), "--threads", str(threads)]
     if cfg.gradient_checkpointing:
         cmd.append("--gradient-checkpointing")
+    if cfg.precision == "bf16":
+        cmd.append("--bf16")
     proc = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True, env=env)
     r = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
     seconds, tokens = consecutive(r["log_times"], r["completion_lengths"], cfg.batch_size)
@@ -81,12 +83,14 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="both sides train in this precision (bf16 on a GPU: see bench/gpu_check.sh)")
     a = ap.parse_args()
 
     model_dir = ensure_bundled_model()
     # The product defaults, with the one reward plain TRL can't share (post_similarity) swapped for
     # seed 000's pair on both sides, and probes off (reported separately).
-    cfg = RunConfig(max_steps=a.steps, save_steps=10_000, merge_at_end=False, probe_every=0,
+    cfg = RunConfig(max_steps=a.steps, save_steps=10_000, merge_at_end=False, probe_every=0, precision=a.precision,
                     rewards=[RewardSpec("length_target", 1.0, {"target": 50, "unit": "chars"}),
                              RewardSpec("token_diversity", 1.0, {})])
     train_rows, _ = load_dataset_split(cfg.dataset, cfg.seed)

@@ -16,8 +16,12 @@ from typing import Any
 
 BUNDLED_MODEL_ID = "bundled/SmolLM2-135M-Instruct"
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-PRECISIONS = ("auto", "fp32", "bf16")
+LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's
+SCALE_REWARDS = ("group", "batch", "none")
+IS_LEVELS = ("token", "sequence")
+LR_SCHEDULERS = ("constant_with_warmup", "linear", "cosine", "constant")
+REPORT_TO = ("none", "tensorboard", "trackio")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DATASET_SOURCES = ("tldr", "arithmetic", "file", "hub")
 REWARD_ERROR_POLICIES = ("fail", "skip")
 
@@ -126,12 +130,34 @@ class RunConfig:
     temperature: float = field(default=1.0, metadata=_help(
         "Sampling temperature. 1.0: the G completions of a prompt must differ, or every advantage is 0."))
     top_p: float = field(default=1.0, metadata=_help("Nucleus sampling cut-off."))
+    top_k: int = field(default=0, metadata=_help("Sample only from the k likeliest tokens; 0 = off."))
+    min_p: float = field(default=0.0, metadata=_help(
+        "Drop tokens less likely than min_p x the top token's probability; 0 = off."))
+    repetition_penalty: float = field(default=1.0, metadata=_help(
+        "Above 1 discourages repeating tokens while sampling; 1 = off."))
     loss_type: str = field(
-        default="dapo", metadata=_help("TRL loss normalisation: grpo, bnpo, dr_grpo or dapo (TRL's default).")
+        default="dapo", metadata=_help(
+            "TRL's loss: dapo (default: normalise by the active tokens of the whole batch), grpo (per sequence, "
+            "length-biased), bnpo, dr_grpo (a global constant), cispo, sapo, luspo, vespo.")
     )
-    scale_rewards: bool = field(
-        default=True, metadata=_help("Divide by the group std (GRPO). Off = Dr. GRPO style, mean-centred only.")
+    scale_rewards: str = field(
+        default="group", metadata=_help(
+            "Divide advantages by the group's std (group, GRPO), the batch's std (batch), or not at all (none, "
+            "Dr. GRPO: mean-centred only).")
     )
+    num_iterations: int = field(default=1, metadata=_help(
+        "mu: optimisation passes over each generated batch. Above 1 reuses samples, and the clip (epsilon) "
+        "starts to matter."))
+    epsilon_high: float = field(default=0.0, metadata=_help(
+        "Upper clip bound, DAPO's clip-higher (e.g. 0.28); 0 = the same as epsilon."))
+    importance_sampling_level: str = field(default="token", metadata=_help(
+        "Importance ratios per token (GRPO) or one per sequence (sequence = GSPO, often steadier)."))
+    steps_per_generation: int = field(default=0, metadata=_help(
+        "Optimizer steps taken from each generation round (the round samples this many batches at once); "
+        "0 = TRL's default (gradient accumulation steps)."))
+    lr_scheduler: str = field(default="constant_with_warmup", metadata=_help(
+        "Learning-rate schedule after warm-up. Constant for short runs: a decaying rate hides whether learning "
+        "works; linear or cosine for long GPU runs."))
     mask_truncated_completions: bool = field(
         default=False,
         metadata=_help("Leave completions that hit the token cap out of the loss (TRL option). Off for the demo: "
@@ -161,7 +187,8 @@ class RunConfig:
     )
     precision: str = field(
         default="auto",
-        metadata=_help("auto = bf16 on a GPU that supports it, fp32 on CPU. bf16 on CPU is opt-in."),
+        metadata=_help("auto = bf16 on GPUs that do it natively (compute capability 8.0+, Ampere and later), fp16 "
+                       "mixed precision on older GPUs (LoRA weights stay fp32), fp32 on CPU. bf16 on CPU is opt-in."),
     )
     gradient_checkpointing: bool = field(
         default=False,
@@ -173,7 +200,23 @@ class RunConfig:
         metadata=_help("One process: run each prompt once for its G completions and sample with the adapter "
                        "merged. Same log-probs as TRL's own path, several times less work; off = TRL's path."),
     )
-    use_vllm: bool = field(default=False, metadata=_help("GPU only: generate with vLLM in colocate mode."))
+    load_in_4bit: bool = field(default=False, metadata=_help(
+        "QLoRA: load the base model in 4-bit NF4 (bitsandbytes) and train the LoRA on top. GPU only; needs "
+        "`make setup-gpu`. About a quarter of the base model's memory."))
+    use_vllm: bool = field(default=False, metadata=_help(
+        "GPU only: generate with vLLM in colocate mode (same GPU as training); needs `make setup-gpu`. TRL's "
+        "importance-sampling correction for the vLLM/training mismatch stays on."))
+    vllm_gpu_memory_utilization: float = field(default=0.3, metadata=_help(
+        "Share of the GPU's memory vLLM reserves for weights and KV cache; the rest is training's."))
+    vllm_enable_sleep_mode: bool = field(default=False, metadata=_help(
+        "Offload vLLM's weights and cache during the optimizer step: less memory, some transfer time."))
+    vllm_max_model_length: int = field(default=0, metadata=_help(
+        "vLLM's context window; 0 = the prompt budget plus max completion tokens."))
+    vllm_tensor_parallel_size: int = field(default=1, metadata=_help(
+        "GPUs one vLLM engine spans (colocate: must divide the number of processes)."))
+    report_to: str = field(default="none", metadata=_help(
+        "Also log to tensorboard (<run>/tensorboard) or trackio (project 'grpo-studio'); the app's charts "
+        "need neither."))
     merge_at_end: bool = field(default=True, metadata=_help("Write merged/ (base + LoRA) at the end for chat."))
 
     # ---- (de)serialisation -------------------------------------------------------------------
@@ -192,6 +235,8 @@ class RunConfig:
         if unknown:
             raise ConfigError(f"Unknown config field(s): {', '.join(unknown)}. Valid fields: {', '.join(sorted(known))}.")
         kwargs = dict(data)
+        if isinstance(kwargs.get("scale_rewards"), bool):  # configs written before group/batch/none
+            kwargs["scale_rewards"] = "group" if kwargs["scale_rewards"] else "none"
         if "dataset" in kwargs:
             ds = kwargs["dataset"]
             if not isinstance(ds, dict):
@@ -280,6 +325,24 @@ class RunConfig:
             out.append("keep_checkpoints cannot be negative (0 keeps every checkpoint).")
         if self.gradient_accumulation_steps < 1:
             out.append("Gradient accumulation must be at least 1.")
+        for name, allowed in (("scale_rewards", SCALE_REWARDS), ("importance_sampling_level", IS_LEVELS),
+                              ("lr_scheduler", LR_SCHEDULERS), ("report_to", REPORT_TO)):
+            if getattr(self, name) not in allowed:
+                out.append(f"{name} must be one of: {', '.join(allowed)} (got {getattr(self, name)!r}).")
+        if self.num_iterations < 1:
+            out.append("num_iterations must be at least 1.")
+        if self.epsilon_high and not self.epsilon <= self.epsilon_high < 1:
+            out.append(f"epsilon_high must be at least epsilon ({self.epsilon}) and below 1, or 0 for the same.")
+        if self.top_k < 0 or not 0 <= self.min_p < 1 or self.repetition_penalty <= 0:
+            out.append("top_k cannot be negative, min_p must be in [0, 1) and repetition_penalty above 0.")
+        if self.steps_per_generation < 0:
+            out.append("steps_per_generation cannot be negative (0 = TRL's default).")
+        if not 0 < self.vllm_gpu_memory_utilization < 1:
+            out.append("vllm_gpu_memory_utilization is a share of the GPU's memory, between 0 and 1 (e.g. 0.3).")
+        if self.vllm_max_model_length < 0 or self.vllm_tensor_parallel_size < 1:
+            out.append("vllm_max_model_length cannot be negative and vllm_tensor_parallel_size must be at least 1.")
+        if self.load_in_4bit and self.precision in ("fp32",):
+            out.append("4-bit QLoRA computes in bf16 or fp16: set precision to auto.")
 
         ds = self.dataset
         if ds.source not in DATASET_SOURCES:

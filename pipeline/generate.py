@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,6 +189,25 @@ def _load_choice(choice: str):
         raise ChatModelError(str(exc)) from None
 
 
+_CACHES: "weakref.WeakSet[ModelCache]" = weakref.WeakSet()
+
+
+def free_gpu_memory() -> None:
+    """Collect dropped models and hand torch's cached CUDA blocks back, so another process can use them."""
+    import gc
+    import sys
+
+    gc.collect()
+    torch = sys.modules.get("torch")  # nothing to free in a process that never imported torch
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def release_models() -> int:
+    """Every ModelCache in this process drops its models (see ModelCache.release)."""
+    return sum(cache.release() for cache in list(_CACHES))
+
+
 class ModelCache:
     """Loaded (model, tokenizer) pairs, least recently used first out; bounded so memory stays flat.
 
@@ -200,6 +220,16 @@ class ModelCache:
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()
         self.loads = 0
+        _CACHES.add(self)
+
+    def release(self) -> int:
+        """Drop every loaded model and give their GPU memory back (a training is about to need it).
+        Returns how many were dropped; the next request loads again."""
+        with self._lock:
+            dropped = len(self._items)
+            self._items.clear()
+        free_gpu_memory()
+        return dropped
 
     def get(self, choice: str):
         with self._lock:
@@ -224,8 +254,12 @@ class ModelCache:
             with self._lock:
                 self.loads += 1
                 self._items[choice] = item
+                evicted = 0
                 while len(self._items) > self.capacity:
                     self._items.popitem(last=False)
+                    evicted += 1
+            if evicted:
+                free_gpu_memory()  # an evicted model's CUDA memory goes back, not only to torch's cache
         return item
 
     def keys(self) -> list[str]:

@@ -174,21 +174,53 @@ def pick_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def choose_precision(precision: str, device: str, capability: tuple[int, int] | None = None) -> str:
+    """The precision a run trains in, from the setting, the device and the GPU's compute capability.
+    bf16 only where the card does it natively (compute capability 8.0, Ampere, and later):
+    `torch.cuda.is_bf16_supported()` also says True on older cards, which emulate it slowly.
+
+    >>> [choose_precision("auto", "cuda", c) for c in [(9, 0), (8, 0), (7, 5), (6, 0)]]
+    ['bf16', 'bf16', 'fp16', 'fp16']
+    >>> choose_precision("auto", "cpu"), choose_precision("bf16", "cpu"), choose_precision("fp32", "cuda", (7, 0))
+    ('fp32', 'bf16', 'fp32')
+    >>> choose_precision("bf16", "cuda", (7, 5))
+    Traceback (most recent call last):
+    ...
+    pipeline.models.ModelError: bf16 is not native on this GPU (compute capability 7.5; bf16 needs 8.0 or later, Ampere): it would be emulated, slowly, and vLLM could not serve the merged model there. Choose fp16 (or auto, which picks it) or fp32.
+    """
+    if precision == "auto":
+        if device != "cuda":
+            return "fp32"
+        return "bf16" if capability and capability >= (8, 0) else "fp16"
+    if precision == "bf16" and device == "cuda" and capability and capability < (8, 0):
+        raise ModelError(f"bf16 is not native on this GPU (compute capability {capability[0]}.{capability[1]}; "
+                         "bf16 needs 8.0 or later, Ampere): it would be emulated, slowly, and vLLM could not serve "
+                         "the merged model there. Choose fp16 (or auto, which picks it) or fp32.")
+    if precision == "fp16" and device != "cuda":
+        raise ModelError("fp16 mixed precision needs a CUDA GPU. On CPU choose fp32 (or bf16 where the CPU has it).")
+    return precision
+
+
 def resolve_precision(precision: str, device: str) -> str:
-    """'auto' -> bf16 on a GPU that supports it, else fp32 (CPU bf16 is an explicit opt-in)."""
-    if precision != "auto":
-        return precision
+    """choose_precision with this machine's GPU."""
+    capability = None
     if device == "cuda":
         import torch
 
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "fp32"
+        capability = tuple(torch.cuda.get_device_capability())
+    return choose_precision(precision, device, capability)
 
 
-def torch_dtype(precision: str):
+def torch_dtype(precision: str, training: bool = False):
+    """Weights' dtype. fp16 training is mixed precision: the weights (and so the LoRA weights) stay fp32
+    and autocast runs the matmuls in fp16; fp16 inference loads the weights in fp16."""
     import torch
 
-    return torch.bfloat16 if precision == "bf16" else torch.float32
+    if precision == "bf16":
+        return torch.bfloat16
+    if precision == "fp16" and not training:
+        return torch.float16
+    return torch.float32
 
 
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
@@ -237,6 +269,41 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+GPU_SETUP = "make setup-gpu (requirements-gpu.txt: versions of vLLM, bitsandbytes and transformers that TRL 1.16 supports)"
+
+
+def runtime_problems(cfg, device: str, installed=None) -> list[str]:
+    """What this machine lacks for the config: a GPU, or a package. `installed(name)` says whether a module
+    can be imported (defaults to importlib's finder).
+
+    >>> from pipeline.config import RunConfig
+    >>> runtime_problems(RunConfig(load_in_4bit=True), "cpu", lambda m: True)[0][:38]
+    '4-bit QLoRA (load_in_4bit) needs a CUD'
+    >>> runtime_problems(RunConfig(use_vllm=True), "cuda", lambda m: False)[0][:60]
+    'use_vllm needs the vllm package, which is not installed. Run'
+    >>> runtime_problems(RunConfig(report_to="tensorboard"), "cpu", lambda m: m != "tensorboard")
+    ["report_to 'tensorboard' needs the tensorboard package: pip install tensorboard (or set report_to to none)."]
+    """
+    installed = installed or (lambda name: importlib.util.find_spec(name) is not None)
+    out = []
+    if cfg.use_vllm:
+        if device != "cuda":
+            out.append("use_vllm needs a CUDA GPU: turn it off to generate with transformers on this machine.")
+        elif not installed("vllm"):
+            out.append(f"use_vllm needs the vllm package, which is not installed. Run {GPU_SETUP}; a bare "
+                       "`pip install vllm` takes a release outside TRL 1.16's range. Or turn use_vllm off.")
+    if cfg.load_in_4bit:
+        if device != "cuda":
+            out.append("4-bit QLoRA (load_in_4bit) needs a CUDA GPU: bitsandbytes' 4-bit kernels do not run on this "
+                       "machine's CPU. Turn it off to train LoRA on the full-precision model.")
+        elif not installed("bitsandbytes"):
+            out.append(f"4-bit QLoRA needs the bitsandbytes package. Run {GPU_SETUP}.")
+    if cfg.report_to != "none" and not installed(cfg.report_to):
+        out.append(f"report_to '{cfg.report_to}' needs the {cfg.report_to} package: pip install {cfg.report_to} "
+                   "(or set report_to to none).")
+    return out
+
+
 def load_tokenizer(path: str):
     from transformers import AutoTokenizer
 
@@ -260,7 +327,10 @@ def load_model(model_id: str, device: str | None = None, precision: str = "auto"
     try:
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        if device == "cuda":  # straight onto the GPU (device_map), never a CPU copy first
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map="cuda")
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
         tokenizer = load_tokenizer(path)
     except Exception as exc:  # noqa: BLE001
         raise ModelError(f"Could not load '{model_id}': {exc}") from None

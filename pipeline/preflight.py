@@ -51,6 +51,8 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
                                                 f"{cfg.max_completion_length} more."))
         except DatasetError as exc:
             checks.append(Check("budget", False, str(exc)))
+    if not problems:
+        checks.append(trainer_check(cfg))
     if not problems and train:
         try:
             sample = train[0]
@@ -69,3 +71,28 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
         except Exception as exc:  # noqa: BLE001 - any reward failure is shown to the user
             checks.append(Check("rewards", False, str(exc)))
     return checks
+
+
+def trainer_check(cfg: RunConfig) -> Check:
+    """This machine and TRL's own rules for the GRPO settings: a missing GPU or package, or a combination
+    GRPOConfig refuses (e.g. a generation batch that does not hold whole groups), in TRL's words."""
+    import tempfile
+    from pathlib import Path
+
+    from pipeline.models import ModelError, pick_device, resolve_precision, runtime_problems
+    from pipeline.train import grpo_args
+
+    device = pick_device()
+    try:
+        precision = resolve_precision(cfg.precision, device)
+    except ModelError as exc:
+        return Check("trainer", False, str(exc))
+    missing = runtime_problems(cfg, device)
+    if missing:
+        return Check("trainer", False, " ".join(missing))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            grpo_args(cfg, Path(tmp), device, precision)
+    except (ValueError, TypeError) as exc:
+        return Check("trainer", False, f"TRL refuses these GRPO settings: {exc}")
+    return Check("trainer", True, f"{device}, {precision}: TRL accepts these GRPO settings.")

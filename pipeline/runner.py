@@ -1,8 +1,10 @@
 """Start and stop trainer processes: one training at a time per machine.
 
-The trainer runs as its own process group (a new session), so it outlives an app restart and
-a Stop reaches every rank under torchrun. Everything is read back from the run directory; nothing
-is kept in module state. No torch or gradio import.
+The launched process (the trainer, or torchrun and its ranks) runs in a new session, so it outlives
+an app restart. Stop signals that launcher: torchrun passes the signal to every rank (each rank runs
+in its own session, so signalling rank 0's group would reach rank 0 alone), the ranks agree on the
+step to stop at, and torchrun waits SHUTDOWN_GRACE_S for the save and merge. Everything is read back
+from the run directory; nothing is kept in module state. No torch or gradio import.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from pipeline import runs
 from pipeline.config import RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent
+# How long torchrun waits, after passing a Stop to the ranks, before it kills them: the current step,
+# a checkpoint, the adapter and the merged model must fit (torchrun's own default is 30 s).
+SHUTDOWN_GRACE_S = 900
 
 
 class RunnerError(RuntimeError):
@@ -31,7 +36,10 @@ def train_command(run_dir: Path, nproc: int = 1, resume: bool = False, allow_cus
     """The argument list that trains `run_dir` (never a shell string)."""
     python = python or sys.executable
     if nproc > 1:
-        cmd = [python, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "-m", "pipeline.train"]
+        # --standalone: a fresh rendezvous on a free local port for each launch, so a run that is still
+        # shutting down (or anything else on 29500) never blocks the next one.
+        cmd = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+               "--shutdown_timeout", str(SHUTDOWN_GRACE_S), "-m", "pipeline.train"]
     else:
         cmd = [python, "-m", "pipeline.train"]
     cmd += ["--run-dir", str(run_dir)]
@@ -55,13 +63,43 @@ def active_run() -> Path | None:
     return None
 
 
-def _launch(run_dir: Path, cmd: list[str]) -> subprocess.Popen:
-    runs.write_json_atomic(run_dir / "command.json", {"argv": cmd, "shell": command_preview(cmd)})
+def busy_run() -> tuple[Path, str] | None:
+    """What keeps a new run from starting: a run still training, or one whose processes are still
+    exiting after they wrote their final status (torchrun and the other ranks outlive rank 0's write)."""
+    active = active_run()
+    if active is not None:
+        return active, "is still training. Stop it or wait for it to finish"
+    for run_dir in runs.iter_run_dirs():
+        if runs.launcher_alive(run_dir):
+            return run_dir, ("is still shutting down (its processes are exiting). Try again in a few seconds, or "
+                             "press Stop on it to end them now")
+    return None
+
+
+def launch_env(nproc: int, environ: dict | None = None) -> dict:
+    """The launched process's environment. One process is pinned to one GPU: with several visible,
+    transformers would wrap the model in DataParallel, which GRPOTrainer refuses.
+
+    >>> launch_env(1, {"CUDA_VISIBLE_DEVICES": "2,3"})["CUDA_VISIBLE_DEVICES"]
+    '2'
+    >>> launch_env(1, {})["CUDA_VISIBLE_DEVICES"], "CUDA_VISIBLE_DEVICES" in launch_env(2, {})
+    ('0', False)
+    """
+    env = dict(os.environ if environ is None else environ)
+    if nproc <= 1:
+        visible = env.get("CUDA_VISIBLE_DEVICES")
+        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[0].strip() if visible else "0"
+    return env
+
+
+def _launch(run_dir: Path, cmd: list[str], nproc: int = 1) -> subprocess.Popen:
+    # nproc is kept so that Resume relaunches the run the same way.
+    runs.write_json_atomic(run_dir / "command.json", {"argv": cmd, "shell": command_preview(cmd), "nproc": nproc})
     # "queued" is written before the process exists, so it can never overwrite the trainer's "running".
     runs.write_status(run_dir, "queued", queued_at=time.time(), pid=None, error=None, ended_at=None)
     log = open(run_dir / "stdout.log", "ab")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, env=os.environ.copy())
+                            start_new_session=True, env=launch_env(nproc))
     log.close()
     runs.write_json_atomic(run_dir / runs.LAUNCHER_FILE,
                            {"pid": proc.pid, "create_time": runs.process_create_time(proc.pid)})
@@ -73,34 +111,70 @@ def _launch(run_dir: Path, cmd: list[str]) -> subprocess.Popen:
 def start_run(cfg: RunConfig, label: str = "run", nproc: int = 1, allow_custom_rewards: bool = False) -> Path:
     """Validate, create the run directory, and launch the trainer. Returns at once."""
     cfg.validate(allow_custom_rewards=allow_custom_rewards)
-    busy = active_run()
-    if busy is not None:
-        raise RunnerError(f"Run '{busy.name}' is still training. Stop it or wait for it to finish: "
-                          "one training runs at a time on this machine.")
+    _refuse_if_busy()
     run_dir = runs.new_run_dir(label)
     runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
-    _launch(run_dir, train_command(run_dir, nproc=nproc, allow_custom_rewards=allow_custom_rewards))
+    _launch(run_dir, train_command(run_dir, nproc=nproc, allow_custom_rewards=allow_custom_rewards), nproc)
     return run_dir
 
 
-def resume_run(run_dir: Path, nproc: int = 1, allow_custom_rewards: bool = False) -> Path:
-    run_dir = Path(run_dir)
-    busy = active_run()
+def _refuse_if_busy() -> None:
+    busy = busy_run()
     if busy is not None:
-        raise RunnerError(f"Run '{busy.name}' is still training; resume this one when it is done.")
+        raise RunnerError(f"Run '{busy[0].name}' {busy[1]}: one training runs at a time on this machine.")
+
+
+def launched_nproc(run_dir: Path) -> int:
+    """How many processes the run was last launched with (1 for runs from before this was kept)."""
+    try:
+        return max(1, int(runs.read_json(Path(run_dir) / "command.json").get("nproc") or 1))
+    except (AttributeError, TypeError, ValueError):
+        return 1
+
+
+def resume_run(run_dir: Path, nproc: int | None = None, allow_custom_rewards: bool = False) -> Path:
+    """Continue from the last complete checkpoint, with as many processes as the run had unless told."""
+    run_dir = Path(run_dir)
+    _refuse_if_busy()
     if runs.read_status(run_dir).get("state") == "finished":
         raise RunnerError(f"Run '{run_dir.name}' already finished all its steps.")
-    _launch(run_dir, train_command(run_dir, nproc=nproc, resume=True, allow_custom_rewards=allow_custom_rewards))
+    nproc = nproc or launched_nproc(run_dir)
+    _launch(run_dir, train_command(run_dir, nproc=nproc, resume=True, allow_custom_rewards=allow_custom_rewards),
+            nproc)
     return run_dir
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and all its descendants (torchrun's ranks run in sessions of their own)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.Error:
+        return
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
 
 
 def stop_run(run_dir: Path, grace_s: float = 0.0) -> bool:
-    """Ask the trainer to stop (SIGTERM to its process group). It saves and marks itself stopped.
-    Returns False when there was nothing to stop."""
+    """Ask the run to stop: SIGTERM to the launcher's process group (the trainer itself, or torchrun,
+    which passes it to every rank). The ranks stop on the same step, save, and rank 0 marks the run
+    stopped. Returns False when there was nothing to stop."""
     status = runs.read_status(run_dir)
     if status.get("state") not in runs.ACTIVE_STATES:
+        if runs.launcher_alive(run_dir):
+            # The run has ended (a rank failed) but processes linger, e.g. rank 0 waiting for the failed rank
+            # in a collective, which no signal interrupts: end them now.
+            _kill_tree(int((runs.launcher(run_dir) or {})["pid"]))
+            return True
         return False
-    pid = status.get("pid") or (runs.launcher(run_dir) or {}).get("pid")
+    info = runs.launcher(run_dir) or {}
+    pid = info.get("pid") if runs.launcher_alive(run_dir) else status.get("pid")
     try:
         os.killpg(os.getpgid(int(pid)), signal.SIGTERM)
     except (ProcessLookupError, PermissionError, TypeError, ValueError):

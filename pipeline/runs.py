@@ -193,6 +193,17 @@ def launcher(run_dir: str | Path) -> dict | None:
     return _read_json(Path(run_dir) / LAUNCHER_FILE)
 
 
+def launcher_alive(run_dir: str | Path) -> bool:
+    """Whether the process the app launched for this run (trainer or torchrun) still exists."""
+    info = launcher(run_dir) or {}
+    return _process_alive(info.get("pid"), info.get("create_time"))
+
+
+def read_json(path: str | Path) -> dict | None:
+    """A JSON file's object, or None when it is missing or unreadable."""
+    return _read_json(Path(path))
+
+
 def read_status(run_dir: str | Path) -> dict:
     """status.json, corrected for a trainer that died without saying so (SIGKILL, OOM killer)."""
     run_dir = Path(run_dir)

@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -36,10 +37,16 @@ def is_main_rank() -> bool:
 
 
 def setup_logging(run_dir: Path) -> None:
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+    rank = os.environ.get("RANK", "0")
+    tag = "" if rank == "0" else f"[rank {rank}] "
+    fmt = logging.Formatter(f"%(asctime)s {tag}%(levelname)s %(name)s: %(message)s", "%H:%M:%S")
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    if is_main_rank():
-        handlers.append(logging.FileHandler(run_dir / "train.log", encoding="utf-8"))
+    log_file = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    if not is_main_rank():
+        # Other ranks write their warnings and errors to the same log, tagged, so the log tail in the app
+        # shows a failure wherever it happened.
+        log_file.setLevel(logging.WARNING)
+    handlers.append(log_file)
     for h in handlers:
         h.setFormatter(fmt)
     for name in ("grpo_studio", "pipeline", "transformers", "trl", "peft"):
@@ -168,6 +175,22 @@ def _prompt_text(prompt) -> str:
     return str(prompt)
 
 
+def agree_to_stop(stop_event: threading.Event, device=None) -> bool:
+    """Whether to stop now. Under torchrun every rank must take the same decision at the same step, or
+    the ranks that go on wait for the others in their next collective until the timeout: the ranks
+    share their flags (max over ranks), and a rank that learns of the Stop from another sets its own."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        import torch
+
+        flag = torch.tensor([1.0 if stop_event.is_set() else 0.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() > 0:
+            stop_event.set()
+    return stop_event.is_set()
+
+
 def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, guards: list[GuardedReward],
                   keep_checkpoints: int = 0):
     from transformers import TrainerCallback
@@ -185,7 +208,7 @@ def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, 
             clock.session_step_seconds += elapsed
             clock.last_step_seconds = elapsed
             clock.last_gen_seconds = clock.gen_seconds
-            if stop_event.is_set():
+            if agree_to_stop(stop_event, args.device):
                 control.should_training_stop = True
                 control.should_save = True  # leave a resumable checkpoint at the step we stopped on
             return control
@@ -247,6 +270,27 @@ def metrics_row(logs: dict, state, clock: StepClock, guards: list[GuardedReward]
 # ---- building the run --------------------------------------------------------------------------
 
 
+def model_load_kwargs(cfg: RunConfig, precision: str, device: str) -> dict:
+    """from_pretrained arguments. We load the model ourselves, so the 4-bit (QLoRA) quantization config must
+    be given here: TRL only applies its own when it is handed a model id."""
+    from pipeline.models import torch_dtype
+
+    kwargs = {"dtype": torch_dtype(precision, training=True)}
+    if device == "cuda":
+        # Straight onto this rank's GPU, never CPU-then-.to() (twice the host memory, and slower).
+        kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
+    if cfg.load_in_4bit:
+        import torch
+        from transformers import BitsAndBytesConfig
+
+        compute = torch.bfloat16 if precision == "bf16" else torch.float16
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=compute, bnb_4bit_quant_storage=compute)
+        kwargs["dtype"] = compute
+    return kwargs
+
+
 def grpo_args(cfg: RunConfig, run_dir: Path, device: str, precision: str):
     from trl import GRPOConfig
 
@@ -254,9 +298,9 @@ def grpo_args(cfg: RunConfig, run_dir: Path, device: str, precision: str):
         output_dir=str(run_dir),
         use_cpu=device == "cpu",  # GRPOConfig refuses CPU-only machines otherwise
         bf16=precision == "bf16",
-        fp16=False,
+        fp16=precision == "fp16",  # mixed precision: the model is loaded in fp32 (see torch_dtype)
         learning_rate=cfg.learning_rate,
-        lr_scheduler_type="constant_with_warmup",  # short runs: a decaying rate hides whether learning works
+        lr_scheduler_type=cfg.lr_scheduler,
         warmup_steps=cfg.warmup_steps,
         max_grad_norm=cfg.max_grad_norm,
         per_device_train_batch_size=cfg.batch_size,
@@ -268,7 +312,14 @@ def grpo_args(cfg: RunConfig, run_dir: Path, device: str, precision: str):
         beta=cfg.beta,
         epsilon=cfg.epsilon,
         loss_type=cfg.loss_type,
-        scale_rewards="group" if cfg.scale_rewards else "none",
+        scale_rewards=cfg.scale_rewards,
+        top_k=cfg.top_k or None,
+        min_p=cfg.min_p or None,
+        repetition_penalty=cfg.repetition_penalty,
+        num_iterations=cfg.num_iterations,
+        epsilon_high=cfg.epsilon_high or None,
+        importance_sampling_level=cfg.importance_sampling_level,
+        steps_per_generation=cfg.steps_per_generation or None,
         mask_truncated_completions=cfg.mask_truncated_completions,
         max_steps=cfg.max_steps,
         logging_steps=1,
@@ -280,10 +331,16 @@ def grpo_args(cfg: RunConfig, run_dir: Path, device: str, precision: str):
         save_total_limit=cfg.keep_checkpoints + 1 if cfg.keep_checkpoints > 0 else None,
         gradient_checkpointing=cfg.gradient_checkpointing,
         seed=cfg.seed,
-        report_to="none",
+        report_to=cfg.report_to,
+        project="grpo-studio",  # trackio's project
         log_completions=False,
         use_vllm=cfg.use_vllm,
         vllm_mode="colocate",
+        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        vllm_enable_sleep_mode=cfg.vllm_enable_sleep_mode,
+        vllm_max_model_length=cfg.vllm_max_model_length or cfg.max_prompt_tokens + cfg.max_completion_length,
+        vllm_tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+        vllm_importance_sampling_correction=True,
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
@@ -315,8 +372,17 @@ def remove_incomplete_checkpoints(run_dir: Path) -> None:
             shutil.rmtree(ckpt, ignore_errors=True)
 
 
-def merge_adapter(model, tokenizer, out_dir: Path) -> None:
-    """Fold the LoRA weights into the base model and save a plain transformers folder."""
+def merge_adapter(model, tokenizer, out_dir: Path, base_path: str | None = None, dtype=None) -> None:
+    """Fold the LoRA weights into the base model and save a plain transformers folder. A 4-bit (QLoRA) base
+    is not merged into: the adapter goes onto the base model reloaded in `dtype` from `base_path`."""
+    if base_path is not None:
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        with tempfile.TemporaryDirectory() as adapter_dir:
+            model.save_pretrained(adapter_dir)
+            base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+            model = PeftModel.from_pretrained(base, adapter_dir)
     merged = model.merge_and_unload()
     tmp = out_dir.with_name(f".{out_dir.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -344,21 +410,24 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
     from transformers import AutoModelForCausalLM
 
     from pipeline.models import (
-        count_prompt_tokens, load_tokenizer, pick_device, resolve_model, resolve_precision, torch_dtype,
-        vllm_available,
+        count_prompt_tokens, load_tokenizer, pick_device, resolve_model, resolve_precision, runtime_problems,
     )
 
     device = pick_device()
     precision = resolve_precision(cfg.precision, device)
-    if cfg.use_vllm and (device != "cuda" or not vllm_available()):
-        raise ConfigError("use_vllm needs a CUDA GPU and the vllm package (pip install vllm); turn it off to "
-                          "generate with transformers.")
+    for problem in runtime_problems(cfg, device):
+        raise ConfigError(problem)
+    if cfg.report_to == "tensorboard":
+        os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run_dir / "tensorboard"))
     # One team of threads per core, split between ranks; an explicit OMP_NUM_THREADS wins (benchmarks set it).
     threads = os.environ.get("OMP_NUM_THREADS", "")
     torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0
                           else max(1, (os.cpu_count() or 1) // int(os.environ.get("WORLD_SIZE", "1"))))
     log.info("Device %s, precision %s, model %s, world size %s", device, precision, cfg.model,
              os.environ.get("WORLD_SIZE", "1"))
+    if main:  # the run header shows what was resolved, not the setting ("auto")
+        runs.write_status(run_dir, "running", device=device, precision=precision,
+                          world_size=int(os.environ.get("WORLD_SIZE", "1")))
 
     path = resolve_model(cfg.model)
     tokenizer = load_tokenizer(path)
@@ -372,7 +441,7 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
 
     guards, weights = build_rewards(cfg.rewards, policy=cfg.reward_errors, allow_custom=allow_custom_rewards,
                                     on_warning=lambda msg: log.warning(msg), timeout_s=cfg.reward_timeout_s)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(precision))
+    model = AutoModelForCausalLM.from_pretrained(path, **model_load_kwargs(cfg, precision, device))
     targets = cfg.lora_target_modules.strip()
     lora = LoraConfig(
         task_type="CAUSAL_LM", r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
@@ -394,7 +463,8 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
                    *make_probe_callbacks(run_dir, cfg, tokenizer, eval_rows, allow_custom_rewards)],
     )
     trainer.studio_clock = clock
-    trainer.studio_fast = cfg.fast_engine
+    # A 4-bit base is not merged into for sampling (it would round the adapter away): TRL's own path.
+    trainer.studio_fast = cfg.fast_engine and not cfg.load_in_4bit
     trainer.studio_run_dir = run_dir
     trainer.studio_weights = {g.__name__: w for g, w in zip(guards, weights)}
 
@@ -406,7 +476,7 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
             log.info("No complete checkpoint to resume from: starting from step 0.")
         else:
             log.info("Resuming from %s", checkpoint.name)
-    if stop_event.is_set():
+    if agree_to_stop(stop_event, trainer.args.device):
         log.info("Stop requested before training began.")
     else:
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -418,7 +488,11 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
         tokenizer.save_pretrained(run_dir / "adapter")
         if cfg.merge_at_end:
             log.info("Merging the adapter into the base model...")
-            merge_adapter(unwrapped, tokenizer, run_dir / "merged")
+            if cfg.load_in_4bit:
+                merge_adapter(unwrapped, tokenizer, run_dir / "merged", base_path=path,
+                              dtype=model_load_kwargs(cfg, precision, "cpu")["dtype"])
+            else:
+                merge_adapter(unwrapped, tokenizer, run_dir / "merged")
         metrics = runs.read_metrics(run_dir)
         runs.write_status(run_dir, state, step=trainer.state.global_step, ended_at=time.time(),
                           final_reward=metrics[-1].get("reward") if metrics else None)
@@ -469,8 +543,11 @@ def main(argv: list[str] | None = None) -> int:
             message = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
         log.error("Training failed:\n%s", traceback.format_exc())
     log.error("Run failed: %s", message)
-    if is_main_rank():
-        runs.write_status(run_dir, "failed", error=message, ended_at=time.time())
+    rank = os.environ.get("RANK", "0")
+    # Any rank's failure ends the run with its real message: rank 0 may be waiting for this rank in a
+    # collective and never get to say why.
+    runs.write_status(run_dir, "failed", error=message if rank == "0" else f"Rank {rank}: {message}",
+                      ended_at=time.time())
     return 1
 
 

@@ -45,6 +45,14 @@ def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def release_embedders() -> None:
+    """Drop the loaded sentence models (a training is about to use the GPU); the next search reloads."""
+    load_sentence_model.cache_clear()
+    from pipeline.generate import free_gpu_memory
+
+    free_gpu_memory()
+
+
 @lru_cache(maxsize=2)
 def load_sentence_model(name: str):
     """A SentenceTransformer for a registry name: the bundled model, a local folder, or a hub id."""

@@ -29,6 +29,10 @@ HYPER_FIELDS = [
     "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "seed", "save_steps", "keep_checkpoints", "precision",
     "gradient_checkpointing", "reward_errors", "reward_timeout_s", "probe_every", "probe_prompts",
     "warmup_steps", "mask_truncated_completions", "fast_engine",
+    # GRPO options and the GPU path
+    "num_iterations", "epsilon_high", "importance_sampling_level", "steps_per_generation", "lr_scheduler",
+    "top_k", "min_p", "repetition_penalty", "load_in_4bit", "use_vllm", "vllm_gpu_memory_utilization",
+    "vllm_enable_sleep_mode", "vllm_max_model_length", "vllm_tensor_parallel_size", "report_to",
 ]
 REWARD_COLUMNS = ["use", "reward", "weight", "params (JSON)"]
 

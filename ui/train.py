@@ -15,8 +15,8 @@ import gradio as gr
 
 from pipeline import runner, runs
 from pipeline.config import (
-    LOSS_TYPES, PRECISIONS, PRESETS, REWARD_ERROR_POLICIES, BUNDLED_MODEL_ID, ConfigError, RunConfig, apply_preset,
-    field_help,
+    IS_LEVELS, LOSS_TYPES, LR_SCHEDULERS, PRECISIONS, PRESETS, REPORT_TO, REWARD_ERROR_POLICIES, SCALE_REWARDS,
+    BUNDLED_MODEL_ID, ConfigError, RunConfig, apply_preset, field_help,
 )
 from pipeline.data import DatasetError, load_rows, read_table
 from pipeline.models import catalog_choices, check_processes, gpu_count
@@ -32,17 +32,21 @@ CLOSE_SETTINGS_JS = """() => {
   if (header && header.classList.contains('open')) header.click();
   document.body.classList.add('gs-settings-ready');
 }"""
+
+
 def settings_accordion() -> gr.Accordion:
     """The "All settings" accordion: built open, folded on page load (CLOSE_SETTINGS_JS)."""
     return gr.Accordion("All settings", open=True, elem_id="all-settings")
 
 
-CHOICES = {"loss_type": LOSS_TYPES, "precision": PRECISIONS, "reward_errors": REWARD_ERROR_POLICIES}
+CHOICES = {"loss_type": LOSS_TYPES, "precision": PRECISIONS, "reward_errors": REWARD_ERROR_POLICIES,
+           "scale_rewards": SCALE_REWARDS, "importance_sampling_level": IS_LEVELS, "lr_scheduler": LR_SCHEDULERS,
+           "report_to": REPORT_TO}
 LABELS = {
     "num_generations": "Group size G", "batch_size": "Batch (completions / step)", "max_steps": "Steps",
     "learning_rate": "Learning rate", "beta": "beta (KL weight)", "epsilon": "epsilon (clip)",
     "max_completion_length": "Max completion tokens", "max_prompt_tokens": "Prompt token budget",
-    "temperature": "Temperature", "top_p": "top-p", "loss_type": "Loss type", "scale_rewards": "Scale by group std",
+    "temperature": "Temperature", "top_p": "top-p", "loss_type": "Loss type", "scale_rewards": "Scale advantages by",
     "lora_r": "LoRA r", "lora_alpha": "LoRA alpha", "lora_dropout": "LoRA dropout",
     "lora_target_modules": "LoRA target modules", "seed": "Seed", "save_steps": "Checkpoint every N steps",
     "keep_checkpoints": "Checkpoints to keep",
@@ -51,6 +55,14 @@ LABELS = {
     "mask_truncated_completions": "Mask cut-off completions", "fast_engine": "Fast engine (one process)",
     "probe_every": "Probe every N steps (0 = off)",
     "probe_prompts": "Probe prompts (held out)",
+    "num_iterations": "Iterations per batch (mu)", "epsilon_high": "epsilon high (clip-higher, 0 = epsilon)",
+    "importance_sampling_level": "Importance sampling level (sequence = GSPO)",
+    "steps_per_generation": "Steps per generation (0 = TRL default)", "lr_scheduler": "LR schedule",
+    "top_k": "top-k (0 = off)", "min_p": "min-p (0 = off)", "repetition_penalty": "Repetition penalty",
+    "load_in_4bit": "QLoRA: 4-bit base (GPU)", "use_vllm": "Generate with vLLM (GPU)",
+    "vllm_gpu_memory_utilization": "vLLM GPU memory share", "vllm_enable_sleep_mode": "vLLM sleep mode",
+    "vllm_max_model_length": "vLLM max model length (0 = prompt + completion)",
+    "vllm_tensor_parallel_size": "vLLM tensor parallel size", "report_to": "Also report to",
 }
 UPLOAD_TYPES = [".csv", ".jsonl", ".json"]
 RUN_COLUMNS = ["run", "state", "model", "dataset", "rewards", "step", "max_steps", "final_reward", "duration_s"]
@@ -180,8 +192,20 @@ def start_training(allow_custom: bool, nproc, *values):
         run_dir = runner.start_run(cfg, label=label, nproc=processes, allow_custom_rewards=allow_custom)
     except (ConfigError, runner.RunnerError, OSError, ValueError) as exc:
         return gr.Dropdown(), f"❌ {exc}"
+    if gpu_count():
+        free_gpu_for_training()
     return (gr.Dropdown(choices=run_names(), value=run_dir.name),
             f"▶ Started **{run_dir.name}**. The first step appears after the model loads and one group is sampled.")
+
+
+def free_gpu_for_training() -> None:
+    """The trainer is a separate process on the same GPU: the app's chat models and embedders give their
+    memory back (they load again on the next chat or search)."""
+    from pipeline.generate import release_models
+    from retrieval.store import release_embedders
+
+    release_models()
+    release_embedders()
 
 
 def stop_training(run_name: str | None):

@@ -97,10 +97,14 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
     detail = "loading the model and the first group..." if state in ("queued", "running") and not rows else ""
     error = (f"<div class='gs-error'><b>Error:</b> {html.escape(str(status.get('error')))}</div>"
              if state == "failed" and status.get("error") else "")
+    ranks = int(status.get("world_size") or 1)
+    where = " · ".join(html.escape(str(v)) for v in (
+        status.get("device"), status.get("precision"), f"{ranks} processes" if ranks > 1 else None) if v)
+    where = f" <span class='gs-where'>{where}</span>" if where else ""
     return (
         f"<div class='gs-progress' data-state='{state}' data-step='{step}'>"
         f"<div class='gs-progress-head'><span class='gs-badge' style='background:{color}'>{state}</span> "
-        f"<b>{html.escape(run_name)}</b> &nbsp; step <b class='gs-step'>{step}</b> / {total} &nbsp; "
+        f"<b>{html.escape(run_name)}</b>{where} &nbsp; step <b class='gs-step'>{step}</b> / {total} &nbsp; "
         f"elapsed {_fmt_seconds(elapsed)} &nbsp; ETA {_fmt_seconds(eta)} {detail}</div>"
         f"<div class='gs-bar'><div style='width:{pct:.1f}%;background:{color}'></div></div>{error}</div>"
     )

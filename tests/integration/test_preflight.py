@@ -14,7 +14,7 @@ def by_name(checks):
 
 def test_default_run_passes_every_check(bundled_model_dir):
     checks = by_name(preflight(RunConfig()))
-    assert set(checks) == {"settings", "dataset", "model", "budget", "rewards"}
+    assert set(checks) == {"settings", "dataset", "model", "budget", "trainer", "rewards"}
     assert all(c.ok for c in checks.values()), checks
     assert "length_target=" in checks["rewards"].message
 

@@ -121,3 +121,17 @@ def test_model_a_offers_the_run_that_finished_last_until_the_user_picks_a_model(
     assert refreshed_choice(base, "run:20990101-000000-app", choices) == base
     # ...and a model that is gone (its run deleted) falls back to the default.
     assert refreshed_choice("run:deleted", base, choices) == "run:20990101-000000-app"
+
+
+def test_releasing_models_empties_every_cache(monkeypatch):
+    """A training about to use the GPU makes the app's caches drop their models (they reload on demand)."""
+    from pipeline import generate
+
+    monkeypatch.setattr(generate, "_load_choice", lambda choice: (object(), object()))
+    cache = generate.ModelCache(capacity=2)
+    cache.get("a"), cache.get("b")
+    assert cache.keys() == ["a", "b"]
+    assert generate.release_models() >= 2
+    assert cache.keys() == []
+    cache.get("a")
+    assert cache.loads == 3  # loaded again on the next request

@@ -84,3 +84,26 @@ def test_keep_checkpoints_defaults_to_three_and_explains_itself():
     assert RunConfig(keep_checkpoints=0).problems() == []  # 0 keeps every checkpoint
     assert any("keep_checkpoints" in p for p in RunConfig(keep_checkpoints=-1).problems())
     assert RunConfig.from_dict({"keep_checkpoints": 2}).keep_checkpoints == 2
+
+
+def test_gpu_and_grpo_options_are_checked_in_plain_words():
+    from pipeline.config import RunConfig
+
+    assert RunConfig().problems() == []
+    bad = RunConfig(scale_rewards="std", importance_sampling_level="seq", lr_scheduler="warmup", report_to="wandb",
+                    num_iterations=0, epsilon_high=0.1, top_k=-1, vllm_gpu_memory_utilization=1.5,
+                    load_in_4bit=True, precision="fp32").problems()
+    text = " ".join(bad)
+    for expected in ("scale_rewards must be one of: group, batch, none", "importance_sampling_level must be one of",
+                     "lr_scheduler must be one of", "report_to must be one of: none, tensorboard, trackio",
+                     "num_iterations must be at least 1", "epsilon_high must be at least epsilon (0.2)",
+                     "top_k cannot be negative", "vllm_gpu_memory_utilization is a share",
+                     "4-bit QLoRA computes in bf16 or fp16"):
+        assert expected in text, expected
+
+
+def test_configs_written_with_a_boolean_scale_rewards_still_load():
+    from pipeline.config import RunConfig
+
+    assert RunConfig.from_dict({"scale_rewards": True}).scale_rewards == "group"
+    assert RunConfig.from_dict({"scale_rewards": False}).scale_rewards == "none"
