@@ -48,6 +48,8 @@ def test_stop_from_the_runner_reaches_every_rank_and_the_next_run_starts_at_once
 
     assert runner.stop_run(run_dir)
     gone, alive = psutil.wait_procs(procs, timeout=600)
+    # The launcher got the Stop and passed it on (it logs the signal), not rank 0 alone.
+    assert "SIGTERM" in (run_dir / "stdout.log").read_text(errors="replace")
     assert not alive, [p.cmdline() for p in alive]  # every process exited: none left waiting in a collective
     st = status(run_dir)
     assert st["state"] == "stopped", st
@@ -94,3 +96,39 @@ def test_a_failure_on_rank_1_reaches_the_status_and_the_log_and_stop_ends_the_re
     gone, alive = psutil.wait_procs(procs, timeout=60)
     assert not alive, [p.cmdline() for p in alive]
     assert runner.busy_run() is None
+
+
+def _stop_flag_worker(rank: int, port: int, out):
+    import threading
+
+    import torch.distributed as dist
+
+    from pipeline.train import agree_to_stop
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        event = threading.Event()
+        first = agree_to_stop(event)  # nobody asked: both go on
+        if rank == 0:
+            event.set()  # only rank 0 got the signal
+        out.put((rank, first, agree_to_stop(event), event.is_set()))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_stop_seen_by_one_rank_stops_every_rank_at_the_same_step():
+    """The stop flag is all-reduced: a signal that reached rank 0 alone still stops rank 1 on that step."""
+    import torch.multiprocessing as mp
+
+    from .helpers import free_port
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_stop_flag_worker, args=(r, port, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = sorted(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    assert results == [(0, False, True, True), (1, False, True, True)]
