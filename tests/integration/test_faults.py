@@ -95,7 +95,7 @@ def test_vllm_without_a_gpu_fails_with_a_clear_message(bundled_model_dir):
     run_dir = make_run("vllm", use_vllm=True)
     proc = run(run_dir)
     assert proc.returncode == 1
-    assert "use_vllm needs a CUDA GPU and the vllm package" in status(run_dir)["error"]
+    assert "use_vllm needs a CUDA GPU: turn it off to generate with transformers" in status(run_dir)["error"]
 
 
 def test_sigkill_during_a_checkpoint_save_never_leaves_a_usable_half_checkpoint(bundled_model_dir):
