@@ -272,7 +272,7 @@ def probe_view(run_name: str | None, pick, last_sig=None) -> dict | None:
         return None
     evals = runs.read_evals(path)
     cfg = json.loads((path / "config.json").read_text())
-    lim = views.step_axis(cfg.get("max_steps"), [e["step"] for e in evals], start=0)
+    lim = views.step_axis(cfg.get("max_steps"), [e["step"] for e in evals])
     return {"plot": views.probe_frame(evals), "x_lim": lim, "panel": views.probes_html(evals, pick, cfg, state),
             "choices": views.probe_choices(evals, cfg.get("max_steps"), state), "sig": sig}
 

@@ -35,13 +35,13 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def step_axis(max_steps: int | None, steps: list[int] = (), start: int = 1) -> list[int]:
-    """x-axis limits for a chart over training steps: from `start` to the run's planned last step, and at
-    least 9 steps wide, so the plot's ticks fall on whole steps (a 1-2 step domain is ticked 1.0, 1.1, ...)
-    and the line fills the axis as the run goes.
+def step_axis(max_steps: int | None, steps: list[int] = (), start: int = 0) -> list[int]:
+    """x-axis limits for a chart over training steps: from `start` (0, so a first point at step 1 is not
+    on the edge) to the run's planned last step, and at least 9 steps wide, so the plot's ticks fall on
+    whole steps (a 1-2 step domain is ticked 1.0, 1.1, ...) and the line fills the axis as the run goes.
 
-    >>> step_axis(16), step_axis(2), step_axis(None, [0, 5], start=0), step_axis(4, [1, 2, 14])
-    ([1, 16], [1, 10], [0, 9], [1, 14])
+    >>> step_axis(16), step_axis(2), step_axis(None, [0, 5]), step_axis(4, [1, 2, 14])
+    ([0, 16], [0, 9], [0, 9], [0, 14])
     """
     hi = max([int(max_steps or 0), *steps, start + 9])
     return [start, hi]

@@ -20,6 +20,7 @@ def test_a_two_step_run_probes_steps_0_1_and_2(bundled_model_dir):
     evals = runs.read_evals(run_dir)
     assert [e["step"] for e in evals] == [0, 1, 2]
     held_out = json.loads((run_dir / "eval_prompts.json").read_text())[:2]
+    weights = {r["name"]: r["weight"] for r in json.loads((run_dir / "config.json").read_text())["rewards"]}
     for e in evals:
         assert set(e["rewards"]) == DEFAULT_REWARDS
         assert len(e["samples"]) == 2 and e["seconds"] > 0
@@ -28,7 +29,7 @@ def test_a_two_step_run_probes_steps_0_1_and_2(bundled_model_dir):
         for sample, row in zip(e["samples"], held_out):
             assert sample["prompt"] == row["prompt"][-1]["content"]  # the same held-out prompts every time
             assert sample["completion"].strip()
-            assert sample["total"] == pytest.approx(sum(sample["rewards"].values()))  # weights are 1
+            assert sample["total"] == pytest.approx(sum(weights[k] * v for k, v in sample["rewards"].items()))
         assert e["task"]["kind"] == "summary" and len(e["task"]["per_prompt"]) == 2
 
     # Step 0 is the base model: the same greedy answers as the untouched model gives.
