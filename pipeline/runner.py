@@ -9,8 +9,11 @@ from the run directory; nothing is kept in module state. No torch or gradio impo
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -108,13 +111,31 @@ def _launch(run_dir: Path, cmd: list[str], nproc: int = 1) -> subprocess.Popen:
     return proc
 
 
+@contextlib.contextmanager
+def start_lock():
+    """One Start (or Resume) at a time on this machine, across threads, sessions and processes (two
+    browser tabs, the app and a script): the busy check and the launch that makes a run busy happen
+    under an exclusive lock on runs/.start.lock, so two Starts at the same moment can't both pass."""
+    with open(runs.runs_dir() / ".start.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def start_run(cfg: RunConfig, label: str = "run", nproc: int = 1, allow_custom_rewards: bool = False) -> Path:
     """Validate, create the run directory, and launch the trainer. Returns at once."""
     cfg.validate(allow_custom_rewards=allow_custom_rewards)
-    _refuse_if_busy()
-    run_dir = runs.new_run_dir(label)
-    runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
-    _launch(run_dir, train_command(run_dir, nproc=nproc, allow_custom_rewards=allow_custom_rewards), nproc)
+    with start_lock():
+        _refuse_if_busy()
+        run_dir = runs.new_run_dir(label)
+        try:
+            runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
+            _launch(run_dir, train_command(run_dir, nproc=nproc, allow_custom_rewards=allow_custom_rewards), nproc)
+        except BaseException:
+            shutil.rmtree(run_dir, ignore_errors=True)  # no half-created run is left behind
+            raise
     return run_dir
 
 
@@ -135,12 +156,13 @@ def launched_nproc(run_dir: Path) -> int:
 def resume_run(run_dir: Path, nproc: int | None = None, allow_custom_rewards: bool = False) -> Path:
     """Continue from the last complete checkpoint, with as many processes as the run had unless told."""
     run_dir = Path(run_dir)
-    _refuse_if_busy()
-    if runs.read_status(run_dir).get("state") == "finished":
-        raise RunnerError(f"Run '{run_dir.name}' already finished all its steps.")
-    nproc = nproc or launched_nproc(run_dir)
-    _launch(run_dir, train_command(run_dir, nproc=nproc, resume=True, allow_custom_rewards=allow_custom_rewards),
-            nproc)
+    with start_lock():
+        _refuse_if_busy()
+        if runs.read_status(run_dir).get("state") == "finished":
+            raise RunnerError(f"Run '{run_dir.name}' already finished all its steps.")
+        nproc = nproc or launched_nproc(run_dir)
+        _launch(run_dir, train_command(run_dir, nproc=nproc, resume=True,
+                                       allow_custom_rewards=allow_custom_rewards), nproc)
     return run_dir
 
 

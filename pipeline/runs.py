@@ -14,6 +14,7 @@ No torch or gradio import here.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 STATES = ("new", "queued", "running", "finished", "failed", "stopped")  # "new": a config, never started
+DAMAGED = "damaged"  # read only: a run whose config.json or status.json can't be read (never written)
 QUEUED_GRACE_S = 120  # a launch that wrote "queued" but no launcher record by then never started
 ACTIVE_STATES = ("queued", "running")
 CHECKPOINT_MARKER = ".complete"
@@ -69,11 +71,15 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
     """Write JSON so a reader sees the old file or the new one, never half of one."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=2, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, indent=2, default=str)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no stray temp file; the old file is untouched
+        raise
 
 
 def append_jsonl(path: str | Path, obj: Any) -> None:
@@ -115,6 +121,46 @@ def read_jsonl(path: str | Path) -> list[dict]:
             if isinstance(obj, dict):
                 rows.append(obj)
     return rows
+
+
+_BAD_LINES: dict[str, tuple[tuple[int, int], list[int], int]] = {}
+
+
+def unreadable_lines(path: str | Path, active: bool = False) -> list[int]:
+    """1-based numbers of the lines `read_jsonl` skips (not a JSON object: garbled, binary, torn).
+
+    A torn last line of a run that is still writing is normal, and not counted when `active`.
+    Cached by file size and modification time: the runs list asks every few seconds.
+
+    >>> import tempfile; f = Path(tempfile.mkdtemp()) / "m.jsonl"
+    >>> _ = f.write_bytes(b'{"step": 1}\\n\\x00\\xff\\n{"step": 2}\\n{"step": ')
+    >>> unreadable_lines(f), unreadable_lines(f, active=True)
+    ([2, 4], [2])
+    """
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        return []
+    key = (st.st_size, st.st_mtime_ns)
+    cached = _BAD_LINES.get(str(path))
+    if cached is None or cached[0] != key:
+        lines = path.read_bytes().split(b"\n")
+        bad = []
+        for number, raw in enumerate(lines, 1):
+            if not raw.strip():
+                continue
+            try:
+                ok = isinstance(json.loads(raw.decode("utf-8")), dict)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                ok = False
+            if not ok:
+                bad.append(number)
+        cached = _BAD_LINES[str(path)] = (key, bad, len(lines))
+    _, bad, count = cached
+    if active and bad and bad[-1] == count:  # the line a live writer is still finishing
+        return bad[:-1]
+    return list(bad)
 
 
 def _last_per_step(rows: list[dict]) -> list[dict]:
@@ -185,8 +231,43 @@ def _read_json(path: Path) -> dict | None:
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
         return obj if isinstance(obj, dict) else None
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # missing, unreadable, not UTF-8, not JSON
         return None
+
+
+def file_problem(path: Path) -> str | None:
+    """Why a run's JSON file can't be used, in words; None when it reads as a JSON object."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return f"{path.name} is missing."
+    except OSError as exc:
+        return f"{path.name} can't be read ({exc.strerror or exc})."
+    if not data.strip():
+        return f"{path.name} is empty."
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return f"{path.name} is not text (binary data)."
+    except json.JSONDecodeError as exc:
+        return f"{path.name} is damaged: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})."
+    if not isinstance(obj, dict):
+        return f"{path.name} is damaged: it holds a {type(obj).__name__}, not a JSON object."
+    return None
+
+
+def run_problems(run_dir: str | Path, active: bool = False) -> list[str]:
+    """What is wrong with a run's files, for the runs list; empty for a healthy run."""
+    run_dir = Path(run_dir)
+    out = [p for p in (file_problem(run_dir / "config.json"),) if p]
+    if (run_dir / "status.json").exists() and (p := file_problem(run_dir / "status.json")):
+        out.append(p)
+    for name in ("metrics.jsonl", "groups.jsonl", "evals.jsonl"):
+        bad = unreadable_lines(run_dir / name, active=active)
+        if bad:
+            lines = ", ".join(map(str, bad[:3])) + (" ..." if len(bad) > 3 else "")
+            out.append(f"{name}: {len(bad)} unreadable line{'s' if len(bad) > 1 else ''} skipped (line {lines}).")
+    return out
 
 
 def launcher(run_dir: str | Path) -> dict | None:
@@ -209,6 +290,8 @@ def read_status(run_dir: str | Path) -> dict:
     run_dir = Path(run_dir)
     status = _read_json(run_dir / "status.json")
     if status is None:
+        if (run_dir / "status.json").exists():
+            return {"state": DAMAGED, "error": file_problem(run_dir / "status.json")}
         # A folder with a config that no trainer ever started (a template, a copied run): not active.
         exists = (run_dir / "config.json").exists()
         return {"state": "new"} if exists else {"state": "failed", "error": "This run folder has no config.json."}
@@ -282,6 +365,51 @@ def checkpoint_step(path: str | Path) -> int:
     return int(Path(path).name.split("-")[-1])
 
 
+# ---- a full disk -------------------------------------------------------------------------------
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+# How libraries that write in C++ or Rust word the same thing (torch.save, safetensors).
+DISK_FULL_MARKERS = ("no space left", "file too large", "disk quota", "os error 28", "os error 27",
+                     "os error 122", "file write failed")
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """True when an error (or one it was raised from) says the disk, a quota or a file-size limit is full.
+
+    >>> is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    True
+    >>> is_disk_full(RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"))
+    True
+    >>> is_disk_full(ValueError("bad value"))
+    False
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+            return True
+        if any(m in str(exc).lower() for m in DISK_FULL_MARKERS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def disk_full_message(run_dir: str | Path, exc: BaseException) -> str:
+    """What a user reads when a run stops because the disk filled up, and what to do next."""
+    run_dir = Path(run_dir)
+    last = last_complete_checkpoint(run_dir)
+    try:
+        free = shutil.disk_usage(run_dir).free / 2**20
+        free_text = f" ({free:,.0f} MB free there now)"
+    except OSError:
+        free_text = ""
+    detail = " ".join(str(exc).split())[:200]
+    then = (f"then Resume continues from {last.name}, the last complete checkpoint."
+            if last else "then start the run again: no checkpoint was complete.")
+    return (f"Disk full: the run could not write its files ({detail}). Free space on the disk that holds "
+            f"{run_dir}{free_text}, or save checkpoints less often / keep fewer; {then}")
+
+
 # ---- listing -----------------------------------------------------------------------------------
 
 
@@ -296,6 +424,9 @@ def run_summary(run_dir: str | Path) -> dict:
     run_dir = Path(run_dir)
     cfg = _read_json(run_dir / "config.json") or {}
     status = read_status(run_dir)
+    problems = run_problems(run_dir, active=status.get("state") in ACTIVE_STATES)
+    if problems and (status.get("state") != DAMAGED) and not cfg:
+        status = {**status, "state": DAMAGED}  # a run without readable settings can't be resumed or compared
     metrics = read_metrics(run_dir)
     last = metrics[-1] if metrics else {}
     started, ended = status.get("started_at"), status.get("ended_at")
@@ -305,18 +436,27 @@ def run_summary(run_dir: str | Path) -> dict:
         "path": str(run_dir),
         "state": status.get("state"),
         "model": cfg.get("model"),
-        "dataset": (cfg.get("dataset") or {}).get("source"),
-        "rewards": ", ".join(r.get("name", "?") for r in cfg.get("rewards", [])),
+        "dataset": (cfg.get("dataset") or {}).get("source") if isinstance(cfg.get("dataset"), dict) else None,
+        "rewards": ", ".join(str(r.get("name", "?")) for r in cfg.get("rewards") or [] if isinstance(r, dict)),
         "step": last.get("step", 0),
         "max_steps": cfg.get("max_steps"),
         "final_reward": last.get("reward"),
         "duration_s": round(duration, 1) if duration is not None else None,
         "error": status.get("error"),
+        "problems": " ".join(problems) or None,
     }
 
 
 def list_runs() -> list[dict]:
-    return [run_summary(p) for p in iter_run_dirs()]
+    """Every run's row; a run whose files can't be read is listed as damaged, never hides the others."""
+    rows = []
+    for path in iter_run_dirs():
+        try:
+            rows.append(run_summary(path))
+        except Exception as exc:  # noqa: BLE001 - one broken run must not take the list down
+            rows.append({"run": path.name, "path": str(path), "state": DAMAGED,
+                         "problems": f"Can't be read: {type(exc).__name__}: {exc}"})
+    return rows
 
 
 def delete_run(run_dir: str | Path) -> None:

@@ -524,6 +524,39 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     try:
+        return train_and_report(run_dir, args, stop_event)
+    finally:
+        end_child_processes()
+
+
+def end_child_processes(grace_s: float = 3.0) -> list[str]:
+    """End the processes this trainer started that are still there: a reward that hung past its timeout
+    keeps running in an abandoned thread, and whatever it launched (a scorer, a shell tool) would outlive
+    the run. Terminated, then killed after `grace_s`. Returns what was ended, for the log."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    ended = []
+    for child in children:
+        try:
+            ended.append(f"{child.name()} (pid {child.pid})")
+            child.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(children, timeout=grace_s)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    if ended:
+        log.warning("Ended %d process(es) the run left behind: %s", len(ended), ", ".join(ended))
+    return ended
+
+
+def train_and_report(run_dir: Path, args, stop_event: threading.Event) -> int:
+    """Train; every way it can end is written to status.json. Returns the exit code."""
+    try:
         run_training(run_dir, args.steps, args.resume, args.allow_custom_rewards, stop_event)
         return 0
     except (ConfigError, DatasetError, RewardFunctionError) as exc:
@@ -535,7 +568,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - every failure ends in status.json, with the traceback in the log
         from pipeline.models import ModelError, is_out_of_memory, out_of_memory_message
 
-        if is_out_of_memory(exc):
+        if runs.is_disk_full(exc):
+            message = runs.disk_full_message(run_dir, exc)
+        elif is_out_of_memory(exc):
             message = out_of_memory_message(
                 "training", "Try a smaller group size G or batch, shorter completions (max completion tokens), "
                 "a smaller model, or a GPU with bf16. Resume continues from the last complete checkpoint.")
@@ -546,8 +581,11 @@ def main(argv: list[str] | None = None) -> int:
     rank = os.environ.get("RANK", "0")
     # Any rank's failure ends the run with its real message: rank 0 may be waiting for this rank in a
     # collective and never get to say why.
-    runs.write_status(run_dir, "failed", error=message if rank == "0" else f"Rank {rank}: {message}",
-                      ended_at=time.time())
+    try:
+        runs.write_status(run_dir, "failed", error=message if rank == "0" else f"Rank {rank}: {message}",
+                          ended_at=time.time())
+    except OSError as exc:  # a full disk may refuse even this; the app then reads the dead pid as a crash
+        print(f"Could not write status.json ({exc}): {message}", file=sys.stderr, flush=True)
     return 1
 
 

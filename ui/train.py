@@ -65,7 +65,8 @@ LABELS = {
     "vllm_tensor_parallel_size": "vLLM tensor parallel size", "report_to": "Also report to",
 }
 UPLOAD_TYPES = [".csv", ".jsonl", ".json"]
-RUN_COLUMNS = ["run", "state", "model", "dataset", "rewards", "step", "max_steps", "final_reward", "duration_s"]
+RUN_COLUMNS = ["run", "state", "model", "dataset", "rewards", "step", "max_steps", "final_reward", "duration_s",
+               "problems"]
 
 
 def reward_docs() -> str:
@@ -226,11 +227,20 @@ def refresh(run_name: str | None, group_step, last_sig):
     """Timer tick: re-read the run directory; skip every output when nothing changed."""
     path = run_path(run_name)
     if path is None:
-        sig = ("none",)
+        gone = bool(run_name)  # a run was picked, and its folder is no longer there (deleted)
+        sig = ("gone", run_name) if gone else ("none",)
         if sig == last_sig:
             return [gr.skip()] * 11 + [last_sig]
-        return [views.progress_html(None, {}, [], None), "", None, *[None] * 5,
-                views.groups_html(None), "", gr.Slider(), sig]
+        head = views.gone_html(run_name) if gone else views.progress_html(None, {}, [], None)
+        return [head, "", None, *[None] * 5, views.groups_html(None), "", gr.Slider(), sig]
+    try:
+        return _refresh_run(path, run_name, group_step, last_sig)
+    except FileNotFoundError:  # deleted between the check above and the reads
+        return [views.gone_html(run_name), "", None, *[None] * 5, views.groups_html(None), "", gr.Slider(),
+                ("gone", run_name)]
+
+
+def _refresh_run(path: Path, run_name: str, group_step, last_sig):
     status = runs.read_status(path)
     metrics = runs.read_metrics(path)
     evals = runs.read_evals(path)  # for the held-out health check; the probes panel has its own handler
@@ -238,15 +248,16 @@ def refresh(run_name: str | None, group_step, last_sig):
     sig = (run_name, len(metrics), len(evals), status.get("state"), group_step, log_size)
     if sig == last_sig:
         return [gr.skip()] * 11 + [last_sig]
-    cfg = json.loads((path / "config.json").read_text())
+    cfg = runs.read_json(path / "config.json") or {}  # damaged: the header says so, the rest still shows
     groups = runs.read_groups(path)
     steps = [g["step"] for g in groups]
     pick = int(group_step or 0)
     record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
     slider = gr.Slider(minimum=0, maximum=max(steps + [1]), step=1)  # a slider needs max > min
     lim = views.step_axis(cfg.get("max_steps"), [m["step"] for m in metrics])
+    problems = runs.run_problems(path, active=status.get("state") in runs.ACTIVE_STATES)
     return [
-        views.progress_html(run_name, status, metrics, cfg.get("max_steps")),
+        views.progress_html(run_name, status, metrics, cfg.get("max_steps"), problems),
         views.health_html(metrics, evals),
         plot(views.reward_frame(metrics), lim),
         *[plot(views.metric_frame(metrics, chart), lim) for chart in views.CHARTS],
@@ -267,11 +278,15 @@ def probe_view(run_name: str | None, pick, last_sig=None) -> dict | None:
                                              "panel": views.probes_empty_html(RunConfig().to_dict())}
     state = runs.read_status(path).get("state")
     evals_file = path / "evals.jsonl"
-    sig = (run_name, evals_file.stat().st_size if evals_file.exists() else 0, state, pick)
+    try:
+        size = evals_file.stat().st_size
+    except FileNotFoundError:  # no probes yet, or the run folder was just deleted
+        size = 0
+    sig = (run_name, size, state, pick)
     if sig == last_sig:
         return None
     evals = runs.read_evals(path)
-    cfg = json.loads((path / "config.json").read_text())
+    cfg = runs.read_json(path / "config.json") or {}
     lim = views.step_axis(cfg.get("max_steps"), [e["step"] for e in evals])
     return {"plot": views.probe_frame(evals), "x_lim": lim, "panel": views.probes_html(evals, pick, cfg, state),
             "choices": views.probe_choices(evals, cfg.get("max_steps"), state), "sig": sig}

@@ -79,10 +79,16 @@ def _fmt_seconds(s) -> str:
 
 
 STATE_COLORS = {"running": "#2563eb", "queued": "#6b7280", "new": "#9ca3af", "finished": "#16a34a", "stopped": "#d97706",
-                "failed": "#dc2626"}
+                "failed": "#dc2626", "damaged": "#7c2d12"}
 
 
-def progress_html(run_name: str | None, status: dict, rows: list[dict], max_steps: int | None) -> str:
+def gone_html(run_name: str) -> str:
+    return (f"<div class='gs-empty' data-state='gone'>Run <b>{html.escape(run_name)}</b> is no longer on disk: its "
+            "folder was deleted. Pick another run in <b>Runs</b>, or start a new one.</div>")
+
+
+def progress_html(run_name: str | None, status: dict, rows: list[dict], max_steps: int | None,
+                  problems: list[str] | None = None) -> str:
     if not run_name:
         return ("<div class='gs-empty'>No run selected yet. Set up a run on the left and press <b>Start</b>; "
                 "its charts, groups and log appear here while it trains.</div>")
@@ -96,7 +102,10 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
     color = STATE_COLORS.get(state, "#6b7280")
     detail = "loading the model and the first group..." if state in ("queued", "running") and not rows else ""
     error = (f"<div class='gs-error'><b>Error:</b> {html.escape(str(status.get('error')))}</div>"
-             if state == "failed" and status.get("error") else "")
+             if state in ("failed", "damaged") and status.get("error") else "")
+    if problems:
+        error += (f"<div class='gs-error'><b>Damaged run files:</b> {html.escape(' '.join(problems))} "
+                  "What could be read is shown.</div>")
     ranks = int(status.get("world_size") or 1)
     where = " · ".join(html.escape(str(v)) for v in (
         status.get("device"), status.get("precision"), f"{ranks} processes" if ranks > 1 else None) if v)

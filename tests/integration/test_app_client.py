@@ -79,3 +79,66 @@ def test_live_view_before_the_first_step(client):
     client.predict(None, api_name="/refresh_runs")
     progress, *_ = client.predict(run_dir.name, 0, api_name="/refresh")
     assert "data-state='stopped'" in progress and "/ 5" in progress
+
+
+def _finished_run(label: str):
+    run_dir = runs.new_run_dir(label)
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=2).to_dict())
+    runs.append_jsonl(run_dir / "metrics.jsonl", {"step": 1, "reward": -4.0, "reward_std": 1.0, "kl": 0.0,
+                                                   "rewards": {"length_target": {"mean": -4.0}}, "elapsed": 5})
+    runs.append_jsonl(run_dir / "groups.jsonl", {"step": 1, "weights": {"length_target": 1.0}, "groups": [
+        {"prompt": "p", "completions": [{"completion": "a", "rewards": {"length_target": -3.0}, "total": -3.0,
+                                         "advantage": 0.7}]}]})
+    runs.write_status(run_dir, "finished", started_at=1.0, ended_at=6.0)
+    return run_dir
+
+
+def test_damaged_run_files_keep_the_app_serving_and_are_named(client):
+    good = _finished_run("client-good")
+    truncated = _finished_run("client-truncated")
+    text = (truncated / "config.json").read_text()
+    (truncated / "config.json").write_text(text[:60])
+    garbage = _finished_run("client-garbage")
+    (garbage / "status.json").write_bytes(b"\x00\x9f garbage {{{")
+    binary = _finished_run("client-binary")
+    with open(binary / "groups.jsonl", "ab") as fh:
+        fh.write(b"\x00\xff\xfe binary line\n")
+
+    _, table, *_ = client.predict(None, api_name="/refresh_runs")
+    headers = table["headers"]
+    rows = {row[0]: dict(zip(headers, row)) for row in table["data"]}
+    assert rows[good.name]["state"] == "finished" and not rows[good.name]["problems"]
+    assert rows[truncated.name]["state"] == "damaged"
+    assert rows[truncated.name]["problems"].startswith("config.json is damaged: not valid JSON")
+    assert rows[garbage.name]["state"] == "damaged"
+    assert rows[garbage.name]["problems"] == "status.json is not text (binary data)."
+    assert rows[binary.name]["state"] == "finished"
+    assert rows[binary.name]["problems"] == "groups.jsonl: 1 unreadable line skipped (line 2)."
+
+    # Each one's live view opens and says what is wrong; what can be read still shows.
+    progress, *_ = client.predict(truncated.name, 0, api_name="/refresh")
+    assert "Damaged run files:</b> config.json is damaged" in progress
+    progress, *_ = client.predict(garbage.name, 0, api_name="/refresh")
+    assert "data-state='damaged'" in progress and "status.json is not text" in progress
+    progress, *rest = client.predict(binary.name, 0, api_name="/refresh")
+    assert "data-state='finished'" in progress and "groups.jsonl: 1 unreadable line" in progress
+    assert "+0.70" in rest[-3]  # the readable group still shows
+    progress, *_ = client.predict(good.name, 0, api_name="/refresh")
+    assert "data-state='finished'" in progress and "Damaged" not in progress
+
+
+def test_a_run_deleted_while_its_page_is_open(client):
+    import shutil
+
+    run_dir = _finished_run("client-deleted")
+    client.predict(None, api_name="/refresh_runs")  # the page offers it
+    progress, *_ = client.predict(run_dir.name, 0, api_name="/refresh")
+    assert "data-state='finished'" in progress
+    shutil.rmtree(run_dir)  # deleted from another tab, or by hand
+    progress, *_ = client.predict(run_dir.name, 0, api_name="/refresh")
+    assert "data-state='gone'" in progress and "is no longer on disk" in progress
+    # The timer keeps ticking without an error; nothing changed, so nothing is re-sent.
+    progress, *_ = client.predict(run_dir.name, 0, api_name="/refresh")
+    assert progress == {"props": {"__type__": "update"}, "__type__": "update"}
+    _, table, *_ = client.predict(None, api_name="/refresh_runs")
+    assert run_dir.name not in [row[0] for row in table["data"]]

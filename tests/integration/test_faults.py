@@ -130,3 +130,121 @@ def test_sigkill_during_a_checkpoint_save_never_leaves_a_usable_half_checkpoint(
     assert not caught.exists() or (caught / runs.CHECKPOINT_MARKER).exists()
     assert f"Resuming from checkpoint-{resume_step}" in (run_dir / "train.log").read_text()
     assert [r["step"] for r in runs.read_metrics(run_dir)][-1] == resume_step + 1
+
+
+def _group_gone(pgid: int) -> bool:
+    """True when no process is left in the trainer's process group (it and anything it started)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+# A reward stuck on something outside Python: a tool that never answers. Its thread can't be killed,
+# and the process it started would outlive the trainer unless the trainer ends it.
+HANGING = ("import subprocess\n"
+           "def reward(completions, **kwargs):\n"
+           "    subprocess.run(['sleep', '600'])\n"
+           "    return [0.0] * len(completions)\n")
+
+
+@pytest.mark.parametrize("policy", ["fail", "skip"])
+def test_a_hanging_reward_is_named_and_leaves_no_process(bundled_model_dir, policy):
+    import time
+
+    run_dir = make_run(f"hang-{policy}", max_steps=1, max_completion_length=8, probe_every=0, merge_at_end=False,
+                       reward_errors=policy, reward_timeout_s=2,
+                       rewards=[RewardSpec("length_target"), RewardSpec("custom_python", 1.0, {"code": HANGING})])
+    proc = start(run_dir, "--allow-custom-rewards")  # its own process group, as the app starts it
+    assert proc.wait(timeout=300) == (1 if policy == "fail" else 0)
+    st = status(run_dir)
+    expected = "Reward 'custom_python' did not return within 2 s"
+    if policy == "fail":
+        assert st["state"] == "failed" and st["error"].startswith(expected), st
+    else:
+        assert st["state"] == "finished", st
+        row = runs.read_metrics(run_dir)[0]
+        assert any(w.startswith(expected) and "skipped" in w for w in row["warnings"]), row["warnings"]
+    # Nothing the run started is left: the hung reward's `sleep 600` was ended with the trainer.
+    deadline = time.time() + 10
+    while time.time() < deadline and not _group_gone(proc.pid):
+        time.sleep(0.2)
+    assert _group_gone(proc.pid), "a process of the run outlived the trainer"
+    assert "Ended 1 process(es) the run left behind: sleep" in (run_dir / "train.log").read_text()
+
+
+def test_a_full_disk_during_a_checkpoint_save_fails_in_plain_words_and_resumes(bundled_model_dir):
+    """The trainer's file-size limit is lowered (RLIMIT_FSIZE, as a full disk or a quota would stop it)
+    once its first checkpoint is complete: the next save can't write its 10 MB adapter file."""
+    import resource
+
+    run_dir = make_run("diskfull", max_steps=30, save_steps=1, max_completion_length=8, probe_every=0)
+    proc = start(run_dir)
+    wait_for(lambda: runs.last_complete_checkpoint(run_dir), 300, "a complete checkpoint", proc)
+    limit = 2 * 2**20  # the run's jsonl files and log stay far below this for a few steps
+    resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (limit, limit))
+    assert proc.wait(timeout=300) == 1
+    st = status(run_dir)
+    last = runs.last_complete_checkpoint(run_dir)
+    assert st["state"] == "failed" and st["error"].startswith("Disk full: the run could not write its files"), st
+    assert f"Resume continues from {last.name}" in st["error"]
+    steps = [r["step"] for r in runs.read_metrics(run_dir)]  # still reads
+    assert steps and steps == sorted(steps) and steps[-1] > runs.checkpoint_step(last)
+
+    resume_step = runs.checkpoint_step(last)
+    done = run(run_dir, "--resume", "--steps", str(resume_step + 1))  # a new process: no limit
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert status(run_dir)["state"] == "finished"
+    assert f"Resuming from checkpoint-{resume_step}" in (run_dir / "train.log").read_text()
+
+
+def test_two_starts_at_the_same_moment_start_one_run(bundled_model_dir, monkeypatch):
+    """Two Starts race (two browser sessions, or the app and a script): exactly one run starts, the other
+    hears why, and no half-made run folder is left. Creating a run folder is slowed down, as on a busy disk,
+    so both Starts are inside the check-then-create window together."""
+    import threading
+    import time
+
+    from pipeline import runner
+    from pipeline.config import RunConfig
+
+    from .helpers import QUICK
+
+    real_new_run_dir = runs.new_run_dir
+
+    def slow_new_run_dir(label="run"):
+        time.sleep(0.5)
+        return real_new_run_dir(label)
+
+    monkeypatch.setattr(runs, "new_run_dir", slow_new_run_dir)
+    before = set(runs.runs_dir().iterdir())
+    barrier = threading.Barrier(2)
+    results: list = []
+
+    def press_start(i: int):
+        barrier.wait()
+        try:
+            results.append(runner.start_run(RunConfig(**{**QUICK, "max_steps": 50}), label=f"race-{i}"))
+        except runner.RunnerError as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=press_start, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    started = [r for r in results if not isinstance(r, Exception)]
+    refused = [r for r in results if isinstance(r, Exception)]
+    try:
+        assert len(started) == 1 and len(refused) == 1, results
+        assert "one training runs at a time" in str(refused[0]) and started[0].name in str(refused[0])
+        new = set(runs.runs_dir().iterdir()) - before
+        assert {p for p in new if p.is_dir()} == {started[0]}, new
+    finally:
+        for run_dir in started:
+            runner.stop_run(run_dir, grace_s=120)
+    deadline = time.time() + 60
+    while time.time() < deadline and runner.busy_run():
+        time.sleep(0.5)
+    assert runner.busy_run() is None

@@ -59,17 +59,40 @@ def test_group_advantages_are_z_scores_of_weighted_totals(finished_run):
 def test_merged_model_loads_generates_and_matches_base_plus_adapter(finished_run, bundled_model_dir):
     import torch
     from peft import PeftModel
+    from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
     from pipeline.generate import generate_batch
     from pipeline.models import load_model
 
+    # The adapter learned something: LoRA's B matrices start at zero, so after training they must not be.
+    weights = load_file(finished_run / "adapter" / "adapter_model.safetensors")
+    b_norms = [w.float().norm().item() for k, w in weights.items() if "lora_B" in k]
+    assert b_norms and max(b_norms) > 1e-4, b_norms
+
     merged, tok = load_model(str(finished_run / "merged"))
+    base = AutoModelForCausalLM.from_pretrained(bundled_model_dir, dtype=torch.float32).eval()
+    text = "Summarize: the library reopens on Monday after a new roof, and the cafe stays closed until May."
+    ids = tok(text, return_tensors="pt").input_ids
+    with torch.no_grad():
+        base_logits = base(ids).logits
+        again = base(ids).logits
+        merged_logits = merged(ids).logits
+    noise = (base_logits - again).abs().max().item()  # run-to-run noise of the same forward
+    moved = (merged_logits - base_logits).abs().max().item()
+    # The merged weights are not the base's: a merge that drops the adapter fails here.
+    assert moved > max(100 * noise, 1e-3), (moved, noise)
+
+    with_adapter = PeftModel.from_pretrained(base, finished_run / "adapter").eval()
+    with torch.no_grad():
+        adapter_logits = with_adapter(ids).logits
+    # merged == base + adapter, to float32 rounding (far below how far training moved the logits).
+    gap = (merged_logits - adapter_logits).abs().max().item()
+    assert gap < max(moved / 50, 1e-4), (gap, moved)
+
     prompt = [[{"role": "user", "content": "Summarize: the library reopens on Monday after a new roof."}]]
     merged_text = generate_batch(merged, tok, prompt, max_new_tokens=20)[0]
     assert merged_text.strip()
-    base = AutoModelForCausalLM.from_pretrained(bundled_model_dir, dtype=torch.float32)
-    with_adapter = PeftModel.from_pretrained(base, finished_run / "adapter").eval()
     assert generate_batch(with_adapter, tok, prompt, max_new_tokens=20)[0] == merged_text
     # Tied embeddings stay tied: the merged head is the merged embedding matrix.
     assert torch.equal(merged.get_input_embeddings().weight, merged.get_output_embeddings().weight)

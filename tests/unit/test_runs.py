@@ -97,3 +97,77 @@ def test_a_launch_that_never_started_reads_as_failed_after_a_grace_period():
     runs.write_status(run_dir, "queued", queued_at=time.time() - runs.QUEUED_GRACE_S - 1)
     status = runs.read_status(run_dir)
     assert status["state"] == "failed" and "exited without reporting" in status["error"]
+
+
+def _finished_run(label: str):
+    from pipeline.config import RunConfig
+
+    run = runs.new_run_dir(label)
+    runs.write_json_atomic(run / "config.json", RunConfig(max_steps=2).to_dict())
+    runs.append_jsonl(run / "metrics.jsonl", {"step": 1, "reward": -3.0})
+    runs.append_jsonl(run / "groups.jsonl", {"step": 1, "groups": []})
+    runs.write_status(run, "finished", started_at=1.0, ended_at=11.0)
+    return run
+
+
+def test_damaged_run_files_are_listed_with_the_reason_and_spare_the_other_runs():
+    good = _finished_run("good")
+    truncated = _finished_run("truncated-config")
+    text = (truncated / "config.json").read_text()
+    (truncated / "config.json").write_text(text[: len(text) // 2])
+    garbage = _finished_run("garbage-status")
+    (garbage / "status.json").write_bytes(b"\x00\x9f\xff not json at all")
+    binary = _finished_run("binary-groups")
+    with open(binary / "groups.jsonl", "ab") as fh:
+        fh.write(b"\x00\x01\xfe\xff binary \x00\n")
+    runs.append_jsonl(binary / "groups.jsonl", {"step": 2, "groups": []})
+
+    rows = {r["run"]: r for r in runs.list_runs()}
+    assert rows[good.name]["state"] == "finished" and rows[good.name]["problems"] is None
+    assert rows[truncated.name]["state"] == "damaged"
+    assert rows[truncated.name]["problems"].startswith("config.json is damaged: not valid JSON")
+    assert rows[garbage.name]["state"] == "damaged"
+    assert rows[garbage.name]["problems"] == "status.json is not text (binary data)."
+    assert runs.read_status(garbage)["error"] == "status.json is not text (binary data)."
+    assert rows[binary.name]["state"] == "finished"  # still usable: the bad line is skipped
+    assert rows[binary.name]["problems"] == "groups.jsonl: 1 unreadable line skipped (line 2)."
+    assert [g["step"] for g in runs.read_groups(binary)] == [1, 2]
+
+
+def test_a_torn_last_line_of_a_live_run_is_not_damage(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    runs.append_jsonl(path, {"step": 1})
+    with open(path, "a") as fh:
+        fh.write('{"step": 2, "rew')  # the trainer is writing this line right now
+    assert runs.unreadable_lines(path, active=True) == []
+    assert runs.unreadable_lines(path) == [2]  # once the run has ended, it is a torn line
+
+
+def test_a_full_disk_reads_as_disk_full_with_the_checkpoint_to_resume(tmp_path):
+    import errno
+
+    (tmp_path / "checkpoint-3").mkdir()
+    (tmp_path / "checkpoint-3" / runs.CHECKPOINT_MARKER).write_text("1")
+    (tmp_path / "checkpoint-4").mkdir()  # the save that failed
+    error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert runs.is_disk_full(RuntimeError("saving failed")) is False
+    wrapped = RuntimeError("checkpoint save failed")
+    wrapped.__cause__ = error
+    assert runs.is_disk_full(wrapped)
+    message = runs.disk_full_message(tmp_path, wrapped)
+    assert message.startswith("Disk full: the run could not write its files (checkpoint save failed).")
+    assert message.endswith("then Resume continues from checkpoint-3, the last complete checkpoint.")
+
+
+def test_a_failed_atomic_write_leaves_the_old_file_and_no_temp_file(tmp_path):
+    path = tmp_path / "status.json"
+    runs.write_json_atomic(path, {"state": "running"})
+
+    class FailsMidWrite:  # json.dump has written part of the temp file when this raises
+        def __str__(self):
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        runs.write_json_atomic(path, {"state": "failed", "error": FailsMidWrite()})
+    assert json.loads(path.read_text()) == {"state": "running"}
+    assert not list(tmp_path.glob(".*.tmp"))
