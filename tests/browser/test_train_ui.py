@@ -1,6 +1,7 @@
-"""A new user's path through the Train tab, in Debian chromium: set up, start, watch, stop, reload."""
+"""A new user's path through the Train tab, in Debian chromium: set up, start, watch, stop, reload, resume."""
 
 import re
+import time
 
 import pytest
 from playwright.sync_api import expect
@@ -21,7 +22,7 @@ def plotted_series(page, elem_id):
     return page.locator(f"#{elem_id} .role-legend-symbol, #{elem_id} g.role-legend text, #{elem_id} .mark-text text")
 
 
-def test_start_watch_stop_and_reload(page, app_url):
+def test_start_watch_stop_reload_and_resume(page, app_url):
     page.goto(app_url)
     expect(page.get_by_text("1. Model and data")).to_be_visible()
     expect(page.get_by_label("Model", exact=True)).to_have_value(re.compile("SmolLM2-135M-Instruct"))
@@ -42,7 +43,7 @@ def test_start_watch_stop_and_reload(page, app_url):
     assert "length_target" in cfg and "token_diversity" not in cfg
 
     # Live: the step counter moves, the reward chart gains a series, the group inspector fills.
-    expect(page.locator("#progress .gs-step")).to_have_text(re.compile(r"[1-9]"), timeout=300_000)
+    expect(page.locator("#progress .gs-step")).to_have_text(re.compile(r"[1-9]"), timeout=600_000)
     expect(page.locator("#groups .gs-group").first).to_be_visible(timeout=30_000)
     expect(page.locator("#groups .gs-adv").first).to_have_text(re.compile(r"[+-]\d\.\d\d"))
     expect(page.locator("#reward-plot")).to_contain_text("length_target", timeout=30_000)
@@ -51,7 +52,7 @@ def test_start_watch_stop_and_reload(page, app_url):
     # Stop from the UI: the run ends as "stopped" after the current step, with its adapter saved.
     page.locator("#stop-btn").click()
     expect(page.locator("#train-message")).to_contain_text("Stop requested", timeout=30_000)
-    expect(page.locator("#progress [data-state=stopped]")).to_be_visible(timeout=300_000)
+    expect(page.locator("#progress [data-state=stopped]")).to_be_visible(timeout=600_000)
     assert (runs.runs_dir() / run_name / "adapter" / "adapter_config.json").exists()
     shot(page, "train-03-stopped")
 
@@ -63,6 +64,33 @@ def test_start_watch_stop_and_reload(page, app_url):
     expect(page.locator("#groups .gs-group").first).to_be_visible()
     expect(page.locator("#runs-table")).to_contain_text(run_name)
     shot(page, "train-04-reloaded")
+
+    # Resume from the Runs panel: the run goes on from the checkpoint Stop wrote, not from step 1.
+    run_dir = runs.runs_dir() / run_name
+    stop_step = runs.read_status(run_dir)["step"]
+    assert stop_step >= 1 and runs.checkpoints(run_dir)[-1].name == f"checkpoint-{stop_step}"
+    lines_before = len(runs.read_jsonl(run_dir / "metrics.jsonl"))
+    panel = page.locator(".column", has=page.get_by_role("button", name="Resume")).last  # innermost
+    panel.get_by_label("Run", exact=True).click()
+    page.get_by_role("option", name=run_name, exact=True).click()
+    panel.get_by_role("button", name="Resume").click()
+    expect(panel).to_contain_text(f"Resuming {run_name}", timeout=30_000)
+    expect(page.locator("#run-select input")).to_have_value(run_name)
+    expect(page.locator("#progress [data-state=running]")).to_be_visible(timeout=120_000)
+    # The first step the resumed trainer logs is the one after the checkpoint.
+    deadline = time.time() + 600
+    while time.time() < deadline and len(runs.read_jsonl(run_dir / "metrics.jsonl")) <= lines_before:
+        assert runs.read_status(run_dir)["state"] in runs.ACTIVE_STATES, runs.log_tail(run_dir, 20)
+        time.sleep(1)
+    new_steps = [row["step"] for row in runs.read_jsonl(run_dir / "metrics.jsonl")[lines_before:]]
+    assert new_steps and new_steps[0] == stop_step + 1, (stop_step, new_steps)
+    page.wait_for_function(f"() => +document.querySelector('#progress .gs-step')?.textContent > {stop_step}",
+                           timeout=60_000)
+    shot(page, "train-05-resumed")
+    # Stop it again, so no trainer is left running.
+    page.locator("#stop-btn").click()
+    expect(page.locator("#progress [data-state=stopped]")).to_be_visible(timeout=600_000)
+    assert runs.read_status(run_dir)["step"] > stop_step
 
 
 def test_second_start_while_training_is_refused(page, app_url):
@@ -81,7 +109,7 @@ def test_second_start_while_training_is_refused(page, app_url):
         assert len(list(runs.iter_run_dirs())) == before
         page.locator("#stop-btn").click()
         expect(page.locator("#train-message")).to_contain_text("Stop requested", timeout=30_000)
-        shot(page, "train-05-refused-and-stopped")
+        shot(page, "train-06-refused-and-stopped")
     finally:
         runner.stop_run(busy, grace_s=120)
     assert runs.read_status(busy)["state"] in ("stopped", "failed")

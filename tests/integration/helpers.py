@@ -75,13 +75,17 @@ def serve_app(*flags: str):
     return app.serve(app.parse_args(["--port", str(free_port()), *flags]), prevent_thread_lock=True)
 
 
-def start_app_process(port: int, *flags: str, log_path: Path | None = None) -> subprocess.Popen:
-    """`python app.py` as a separate process (as `make run` starts it); waits until it answers."""
+def start_app_process(port: int, *flags: str, log_path: Path | None = None,
+                      own_group: bool = False) -> subprocess.Popen:
+    """`python app.py` as a separate process (as `make run` starts it); waits until it answers.
+
+    own_group: the app leads a process group of its own, as a shell job does, so a test can signal the
+    whole group (what Ctrl-C or a closed terminal reaches) without signalling pytest."""
     import urllib.request
 
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), *flags], cwd=ROOT, env=os.environ.copy(),
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=own_group)
     deadline = time.time() + 120
     while time.time() < deadline:
         try:

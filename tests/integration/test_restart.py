@@ -1,83 +1,133 @@
-"""The app restarts while a run trains: the trainer keeps going in its own process group, the new app
-finds it, its live view keeps moving and Stop still works."""
+"""The app dies while a run trains: the trainer, started with the app's Start button, keeps going in a
+session of its own; a new app finds the run, its live view keeps moving, and Stop through the new app
+leaves a complete checkpoint at the stop step and no process behind."""
 
 import os
+import re
 import signal
 import time
 
 import pytest
 
-from pipeline import runner, runs
-from pipeline.config import RunConfig
+from pipeline import runs
+from pipeline.config import BUNDLED_MODEL_ID, RunConfig
+from ui.form import HYPER_FIELDS, REWARD_COLUMNS, SOURCE_LABELS, config_to_form, reward_rows
 
-from .helpers import QUICK, free_port, start_app_process
+from .helpers import QUICK, free_port, start_app_process, wait_for
 
 pytestmark = pytest.mark.slow
 
 
-def html_of(output) -> str:
-    """An HTML output as gradio_client returns it: the string, or an update dict carrying it."""
-    return str(output.get("value", "")) if isinstance(output, dict) else str(output)
+def value_of(output):
+    """A component's value as gradio_client returns it: the value, or an update dict carrying it."""
+    return output.get("value") if isinstance(output, dict) else output
 
 
 def step_of(progress_html) -> int:
-    import re
-
-    progress_html = html_of(progress_html)
-    match = re.search(r"class='gs-step'>(\d+)</b>", progress_html)
+    match = re.search(r"class='gs-step'>(\d+)</b>", str(value_of(progress_html)))
     return int(match.group(1)) if match else 0
 
 
-def test_app_restart_reattaches_to_a_training_run(bundled_model_dir, tmp_path):
+def start_inputs(cfg: RunConfig) -> list:
+    """What the Start button sends for `cfg`, in its API order: processes, then the form (the uploaded
+    file's path is a State, which the API leaves out)."""
+    hyper = config_to_form(cfg)
+    return [1, BUNDLED_MODEL_ID, "", SOURCE_LABELS[cfg.dataset.source], None, None, "", "", "train",
+            {"headers": REWARD_COLUMNS, "data": reward_rows(cfg)}, *[hyper[name] for name in HYPER_FIELDS]]
+
+
+def process_alive(pid: int, create_time: float | None) -> bool:
+    """The process exists, is not a zombie, and is the one that was started (not a recycled pid)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and (
+            create_time is None or abs(proc.create_time() - create_time) < 1.0)
+    except psutil.Error:
+        return False
+
+
+def test_app_killed_with_its_process_group_the_trainer_survives(bundled_model_dir, tmp_path):
     from gradio_client import Client
 
-    first = start_app_process(free_port(), log_path=tmp_path / "app1.log")
-    cfg = RunConfig(**{**QUICK, "max_steps": 40, "max_completion_length": 16})
-    run_dir = runner.start_run(cfg, label="restart")  # what the Start button calls
-    second = None
-    try:
-        deadline = time.time() + 240
-        while time.time() < deadline and not runs.read_metrics(run_dir):
-            time.sleep(1)
-        assert runs.read_metrics(run_dir), runs.log_tail(run_dir, 20)
+    # Probes off and short completions: this test is about processes, and each step costs seconds on CPU.
+    cfg = RunConfig(**{**QUICK, "max_steps": 40, "max_completion_length": 16, "probe_every": 0})
+    assert cfg.save_steps > cfg.max_steps  # so the only checkpoint is the one Stop writes
 
-        first.send_signal(signal.SIGKILL)  # the worst case: no clean shutdown
+    # The first app leads its own process group, as `make run` does in a terminal.
+    port = free_port()
+    first = start_app_process(port, log_path=tmp_path / "app1.log", own_group=True)
+    second = run_dir = None
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        api = client.view_api(return_format="dict", print_info=False)["named_endpoints"]["/start_training"]
+        inputs = start_inputs(cfg)
+        assert len(inputs) == len(api["parameters"]), [p["label"] for p in api["parameters"]]
+        picked, message = client.predict(*inputs, api_name="/start_training")
+        assert "Started" in message, message
+        run_dir = runs.runs_dir() / value_of(picked)
+        assert runs.read_json(run_dir / "config.json")["max_steps"] == 40  # the form's values reached the run
+
+        wait_for(lambda: runs.read_metrics(run_dir) or runs.read_status(run_dir)["state"] not in runs.ACTIVE_STATES,
+                 600, "the first step")
+        assert runs.read_metrics(run_dir), runs.log_tail(run_dir, 20)
+        status = runs.read_status(run_dir)
+        trainer_pid, created = status["pid"], status["pid_create_time"]
+        assert runs.launcher(run_dir)["pid"] == trainer_pid  # one process: the app launched the trainer itself
+
+        # The worst case: SIGKILL to the app's whole process group (what a terminal's Ctrl-C or hang-up
+        # reaches, with a signal that cannot be handled). Only the trainer's own session keeps it out of it.
+        os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
-        trainer_pid = runs.read_status(run_dir)["pid"]
-        os.kill(trainer_pid, 0)  # still alive after the app died
+        time.sleep(1)  # let a process killed with the group be gone for good
+        assert process_alive(trainer_pid, created), (
+            f"the trainer (pid {trainer_pid}) died with the app's process group: {runs.read_status(run_dir)}")
         assert runs.read_status(run_dir)["state"] == "running"
 
         port = free_port()
         second = start_app_process(port, log_path=tmp_path / "app2.log")
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         selected, *_ = client.predict(None, api_name="/refresh_runs")  # what a page load does
-        assert selected["value"] == run_dir.name  # the active run is picked again
+        assert value_of(selected) == run_dir.name  # the active run is picked again
 
-        progress, *_ = client.predict(run_dir.name, 0, None, api_name="/refresh")
-        assert "data-state='running'" in html_of(progress), progress
-        before = step_of(progress)
-        deadline = time.time() + 240
-        later = before
+        progress, *_ = client.predict(run_dir.name, 0, api_name="/refresh")
+        assert "data-state='running'" in str(value_of(progress)), progress
+        before = later = step_of(progress)
+        deadline = time.time() + 600
         while time.time() < deadline and later <= before:
             time.sleep(2)
-            progress, *_ = client.predict(run_dir.name, 0, None, api_name="/refresh")
+            progress, *_ = client.predict(run_dir.name, 0, api_name="/refresh")
             later = step_of(progress)
         assert later > before, "the live view did not move after the restart"
 
         message = client.predict(run_dir.name, api_name="/stop_training")
-        assert "Stop requested" in message
-        deadline = time.time() + 300
-        while time.time() < deadline and runs.read_status(run_dir)["state"] == "running":
-            time.sleep(1)
-        assert runs.read_status(run_dir)["state"] == "stopped"
+        assert "Stop requested" in message, message
+        wait_for(lambda: runs.read_status(run_dir)["state"] not in runs.ACTIVE_STATES, 600, "the stop")
+        status = runs.read_status(run_dir)
+        assert status["state"] == "stopped", status
+        progress, *_ = client.predict(run_dir.name, 0, api_name="/refresh")
+        assert "data-state='stopped'" in str(value_of(progress)), progress
+
+        # Stop saved a complete, resumable checkpoint at the step it stopped on, besides the adapter.
+        stop_step = status["step"]
+        assert later <= stop_step < cfg.max_steps
+        assert runs.read_metrics(run_dir)[-1]["step"] == stop_step
+        complete = runs.checkpoints(run_dir)
+        assert [p.name for p in complete] == [f"checkpoint-{stop_step}"], (
+            sorted(p.name for p in run_dir.iterdir()))
+        assert runs.read_json(complete[0] / "trainer_state.json")["global_step"] == stop_step
         assert (run_dir / "adapter" / "adapter_config.json").exists()
-        progress, *_ = client.predict(run_dir.name, 0, None, api_name="/refresh")
-        assert "data-state='stopped'" in html_of(progress), progress
+
+        # And nothing is left running: the trainer exits once it has saved.
+        wait_for(lambda: not process_alive(trainer_pid, created), 120, "the trainer to exit")
+        assert not runs.launcher_alive(run_dir)
     finally:
         for proc in (first, second):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
                 proc.wait(timeout=30)
-        active = runner.active_run()
-        if active is not None:
-            runner.stop_run(active, grace_s=120)
+        if run_dir is not None and runs.read_status(run_dir)["state"] in runs.ACTIVE_STATES:
+            from pipeline import runner
+
+            runner.stop_run(run_dir, grace_s=300)
