@@ -97,3 +97,19 @@ def start_app_process(port: int, *flags: str, log_path: Path | None = None,
             time.sleep(0.5)
     proc.kill()
     raise RuntimeError("the app did not start in 120 s")
+
+
+def value_of(output):
+    """A component's value as gradio_client returns it: the value, or an update dict carrying it."""
+    return output.get("value") if isinstance(output, dict) else output
+
+
+def start_inputs(cfg: RunConfig) -> list:
+    """What the Start button sends for `cfg`, in its API order: processes, then the form (the uploaded
+    file's path is a State, which the API leaves out)."""
+    from pipeline.config import BUNDLED_MODEL_ID
+    from ui.form import HYPER_FIELDS, REWARD_COLUMNS, SOURCE_LABELS, config_to_form, reward_rows
+
+    hyper = config_to_form(cfg)
+    return [1, BUNDLED_MODEL_ID, "", SOURCE_LABELS[cfg.dataset.source], None, None, "", "", "train",
+            {"headers": REWARD_COLUMNS, "data": reward_rows(cfg)}, *[hyper[name] for name in HYPER_FIELDS]]

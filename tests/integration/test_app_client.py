@@ -142,3 +142,46 @@ def test_a_run_deleted_while_its_page_is_open(client):
     assert progress == {"props": {"__type__": "update"}, "__type__": "update"}
     _, table, *_ = client.predict(None, api_name="/refresh_runs")
     assert run_dir.name not in [row[0] for row in table["data"]]
+
+
+def test_two_browser_sessions_press_start_together(client, bundled_model_dir, monkeypatch):
+    """Two sessions (two tabs, two people) press Start at the same moment: one run starts, the other
+    session is told which run is training, and only one run folder appears. The app runs in this process:
+    creating a run folder is slowed down (a busy disk), so both Starts would be inside the check-then-create
+    window together if nothing kept them apart (the Start event's queue and the runner's start lock)."""
+    import threading
+    import time
+
+    from gradio_client import Client
+
+    from pipeline import runner
+
+    from .helpers import QUICK, start_inputs, value_of
+
+    real_new_run_dir = runs.new_run_dir
+    monkeypatch.setattr(runs, "new_run_dir", lambda label="run": time.sleep(0.5) or real_new_run_dir(label))
+    inputs = start_inputs(RunConfig(**{**QUICK, "max_steps": 50, "probe_every": 0}))
+    sessions = [Client(client.src, verbose=False) for _ in range(2)]
+    before = {p for p in runs.runs_dir().iterdir() if p.is_dir()}
+    barrier = threading.Barrier(2)
+    replies: list = [None, None]
+
+    def press(i: int):
+        barrier.wait()
+        replies[i] = sessions[i].predict(*inputs, api_name="/start_training")
+
+    threads = [threading.Thread(target=press, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    started = [value_of(picked) for picked, message in replies if "Started" in message]
+    try:
+        refused = [message for _, message in replies if "Started" not in message]
+        assert len(started) == 1 and len(refused) == 1, replies
+        assert refused[0] == (f"❌ Run '{started[0]}' is still training. Stop it or wait for it to finish: "
+                              "one training runs at a time on this machine.")
+        assert {p for p in runs.runs_dir().iterdir() if p.is_dir()} - before == {runs.runs_dir() / started[0]}
+    finally:
+        for name in started:
+            runner.stop_run(runs.runs_dir() / name, grace_s=120)

@@ -10,30 +10,16 @@ import time
 import pytest
 
 from pipeline import runs
-from pipeline.config import BUNDLED_MODEL_ID, RunConfig
-from ui.form import HYPER_FIELDS, REWARD_COLUMNS, SOURCE_LABELS, config_to_form, reward_rows
+from pipeline.config import RunConfig
 
-from .helpers import QUICK, free_port, start_app_process, wait_for
+from .helpers import QUICK, free_port, start_app_process, start_inputs, value_of, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def value_of(output):
-    """A component's value as gradio_client returns it: the value, or an update dict carrying it."""
-    return output.get("value") if isinstance(output, dict) else output
 
 
 def step_of(progress_html) -> int:
     match = re.search(r"class='gs-step'>(\d+)</b>", str(value_of(progress_html)))
     return int(match.group(1)) if match else 0
-
-
-def start_inputs(cfg: RunConfig) -> list:
-    """What the Start button sends for `cfg`, in its API order: processes, then the form (the uploaded
-    file's path is a State, which the API leaves out)."""
-    hyper = config_to_form(cfg)
-    return [1, BUNDLED_MODEL_ID, "", SOURCE_LABELS[cfg.dataset.source], None, None, "", "", "train",
-            {"headers": REWARD_COLUMNS, "data": reward_rows(cfg)}, *[hyper[name] for name in HYPER_FIELDS]]
 
 
 def process_alive(pid: int, create_time: float | None) -> bool:
