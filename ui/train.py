@@ -65,8 +65,9 @@ LABELS = {
     "vllm_tensor_parallel_size": "vLLM tensor parallel size", "report_to": "Also report to",
 }
 UPLOAD_TYPES = [".csv", ".jsonl", ".json"]
-RUN_COLUMNS = ["run", "state", "model", "dataset", "rewards", "step", "max_steps", "final_reward", "duration_s",
-               "problems"]
+# "problems" next to the state, so a damaged run's reason is seen without scrolling (empty for healthy runs).
+RUN_COLUMNS = ["run", "state", "problems", "model", "dataset", "rewards", "step", "max_steps", "final_reward",
+               "duration_s"]
 
 
 def reward_docs() -> str:
