@@ -138,11 +138,12 @@ def generation_error_message(exc: BaseException) -> str:
     """What the Chat and RAG tabs show when loading or generating fails (the app keeps serving)."""
     from pipeline.models import is_out_of_memory, out_of_memory_message
 
-    if isinstance(exc, ChatModelError):
-        return f"⚠️ {exc}"
+    # Out of memory first: a model too big to load arrives as "Could not load '...': Cannot allocate memory".
     if is_out_of_memory(exc):
         return "⚠️ " + out_of_memory_message("loading the model or generating", "Lower max new tokens, pick a "
                                              "smaller model, or close the other chat; the app keeps running.")
+    if isinstance(exc, ChatModelError):
+        return f"⚠️ {exc}"
     return f"⚠️ Generation failed: {type(exc).__name__}: {exc}"
 
 

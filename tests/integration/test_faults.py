@@ -1,14 +1,17 @@
-"""Stopping, killing, resuming and a broken reward, on real trainer processes."""
+"""Stopping, killing, resuming, a broken reward and a model too big for memory, on real trainer processes."""
 
+import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
 from pipeline import runs
 from pipeline.config import RewardSpec
 
-from .helpers import make_run, run, start, status, wait_for
+from .helpers import ROOT, make_run, run, start, status, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -248,3 +251,40 @@ def test_two_starts_at_the_same_moment_start_one_run(bundled_model_dir, monkeypa
     while time.time() < deadline and runner.busy_run():
         time.sleep(0.5)
     assert runner.busy_run() is None
+
+
+# A model too big for memory, for real on any host: the child caps its own address space (RLIMIT_AS) at what
+# the imports left mapped plus 300 MiB, then loads the bundled model (538 MB of weights) in the Chat tab's
+# handler, then trains on it. Everything either needs is imported before the cap, so the first thing refused
+# is the weights.
+TOO_BIG_TO_LOAD = """
+import json, resource, sys
+import psutil, torch, datasets, peft, trl  # noqa: F401
+from transformers import AutoModelForCausalLM, AutoTokenizer, TextIteratorStreamer  # noqa: F401
+import pipeline.train as train
+from pipeline.generate import ModelCache
+from ui.chat import make_handlers
+
+resource.setrlimit(resource.RLIMIT_AS, (psutil.Process().memory_info().vms + 300 * 2**20, resource.RLIM_INFINITY))
+respond, _ = make_handlers(ModelCache())
+history = list(respond("Hello", [], [], "bundled/SmolLM2-135M-Instruct", "", False, "", 8, 0.0, 1.0))[-1][0]
+print("CHAT " + json.dumps(history[-1]["content"]), flush=True)
+sys.exit(train.main(["--run-dir", sys.argv[1]]))
+"""
+
+
+def test_a_model_too_big_for_memory_reads_as_out_of_memory_in_chat_and_in_the_run(bundled_model_dir):
+    assert (bundled_model_dir / "model.safetensors").stat().st_size > 400 * 2**20  # well past the 300 MiB
+    run_dir = make_run("oom")
+    # Threads reserve address space per core (stacks, malloc arenas): pinned, so the cap means the same
+    # thing on a 2-core runner and a 64-core server.
+    env = {**os.environ, "MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    child = subprocess.run([sys.executable, "-c", TOO_BIG_TO_LOAD, str(run_dir)], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=300)
+    chat = [json.loads(line[5:]) for line in child.stdout.splitlines() if line.startswith("CHAT ")]
+    assert chat and chat[0].startswith("⚠️ Out of memory while loading the model or generating. "), (
+        chat, child.stderr[-3000:])
+    assert child.returncode == 1, child.stderr[-3000:]
+    st = status(run_dir)
+    assert st["state"] == "failed", st
+    assert st["error"].startswith("Out of memory while training. "), st["error"]
