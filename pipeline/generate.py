@@ -155,8 +155,8 @@ def run_for_choice(choice: str) -> Path | None:
         name = choice[len(CKPT_PREFIX):].rsplit(":", 1)[0]
     else:
         return None
-    path = (runs.runs_dir() / name).resolve()
-    if path.parent != runs.runs_dir() or not (path / "config.json").exists():
+    path = runs.resolve_run(name)
+    if path is None:
         raise ChatModelError(f"There is no run named '{name}'.")
     return path
 

@@ -413,6 +413,18 @@ def disk_full_message(run_dir: str | Path, exc: BaseException) -> str:
 # ---- listing -----------------------------------------------------------------------------------
 
 
+def resolve_run(name: str | None) -> Path | None:
+    """The folder of the run called `name`, or None when there is no such run. The one place a run name
+    from the UI or a model choice becomes a path: only a direct child of runs/ holding a config.json,
+    never a user-supplied path (`../x`, `/etc`, `a/b` all give None)."""
+    if not name or not isinstance(name, str) or name != Path(name).name or name in (".", ".."):
+        return None  # a name, not a path
+    path = (runs_dir() / name).resolve()
+    if path.parent != runs_dir() or not (path / "config.json").exists():
+        return None
+    return path
+
+
 def iter_run_dirs() -> Iterator[Path]:
     for p in sorted(runs_dir().iterdir(), reverse=True):
         if p.is_dir() and (p / "config.json").exists():

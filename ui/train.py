@@ -97,13 +97,7 @@ def run_names() -> list[str]:
 
 
 def run_path(name: str | None) -> Path | None:
-    if not name:
-        return None
-    path = (runs.runs_dir() / name).resolve()
-    # Only names of existing run folders are accepted: never a user-supplied path.
-    if path.parent != runs.runs_dir() or not (path / "config.json").exists():
-        return None
-    return path
+    return runs.resolve_run(name)
 
 
 def store_upload(file_path: str | None) -> tuple[str, gr.Dropdown, gr.Dropdown, str]:

@@ -171,3 +171,12 @@ def test_a_failed_atomic_write_leaves_the_old_file_and_no_temp_file(tmp_path):
         runs.write_json_atomic(path, {"state": "failed", "error": FailsMidWrite()})
     assert json.loads(path.read_text()) == {"state": "running"}
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_run_names_resolve_only_to_run_folders():
+    run = _finished_run("resolvable")
+    assert runs.resolve_run(run.name) == run
+    (runs.runs_dir() / "no-config").mkdir(exist_ok=True)
+    for bad in (None, "", "no-config", "no-such-run", "../" + run.name, f"x/../../{run.name}", "/etc", "..",
+                str(run), run.name + "/adapter"):
+        assert runs.resolve_run(bad) is None, bad
