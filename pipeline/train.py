@@ -523,10 +523,26 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    code = 1
     try:
-        return train_and_report(run_dir, args, stop_event)
+        code = train_and_report(run_dir, args, stop_event)
+        return code
     finally:
         end_child_processes()
+        if not wait_for_reward_threads():
+            # A reward still running in an abandoned thread at interpreter shutdown can abort the process
+            # ("terminate called without an active exception") after the run's status is written: leave
+            # without the shutdown, so the exit code says how the run ended.
+            logging.shutdown()
+            os._exit(code)
+
+
+def wait_for_reward_threads(timeout_s: float = 3.0) -> bool:
+    """Let rewards that timed out (and whose processes were just ended) finish; False if one still runs."""
+    deadline = time.time() + timeout_s
+    for thread in [t for t in threading.enumerate() if t.name.startswith("reward-")]:
+        thread.join(max(0.0, deadline - time.time()))
+    return not any(t.is_alive() for t in threading.enumerate() if t.name.startswith("reward-"))
 
 
 def end_child_processes(grace_s: float = 3.0) -> list[str]:

@@ -98,7 +98,11 @@ def test_second_start_while_training_is_refused(page, app_url):
     from pipeline import runner
     from pipeline.config import RunConfig
 
-    busy = runner.start_run(RunConfig(max_steps=50, max_completion_length=16), label="busy")
+    # The previous test's trainer wrote "stopped" and may still be exiting; wait for it as a user would.
+    deadline = time.time() + 120
+    while time.time() < deadline and runner.busy_run() is not None:
+        time.sleep(0.5)
+    busy = runner.start_run(RunConfig(max_steps=50, max_completion_length=16, probe_every=0), label="busy")
     try:
         before = len(list(runs.iter_run_dirs()))
         page.goto(app_url)

@@ -12,8 +12,10 @@ from pipeline.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Small but real: G=4, one prompt per step, short completions so CPU steps take seconds.
-QUICK = dict(num_generations=4, batch_size=4, max_completion_length=24, max_steps=2, save_steps=100)
+# Small but real: G=4, one prompt per step, short completions so CPU steps take seconds. Probes and the
+# end-of-run merge are off unless a test is about them (they cost seconds per run, over dozens of runs).
+QUICK = dict(num_generations=4, batch_size=4, max_completion_length=24, max_steps=2, save_steps=100,
+             probe_every=0, merge_at_end=False)
 # The rewards a QUICK run scores: the default set.
 DEFAULT_REWARDS = {spec.name for spec in RunConfig().rewards}
 

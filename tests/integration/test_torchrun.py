@@ -37,7 +37,7 @@ def test_stop_from_the_runner_reaches_every_rank_and_the_next_run_starts_at_once
 
     from .helpers import QUICK, wait_for
 
-    cfg = RunConfig(**{**QUICK, "max_steps": 50, "max_completion_length": 16, "probe_every": 0})
+    cfg = RunConfig(**{**QUICK, "max_steps": 50, "max_completion_length": 16, "merge_at_end": True})
     run_dir = runner.start_run(cfg, label="torchrun-stop", nproc=2)
     wait_for(lambda: (runs.read_metrics(run_dir) or [{}])[-1].get("step", 0) >= 1, 900, "a first step")
     launcher = psutil.Process(runs.launcher(run_dir)["pid"])

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def finished_run(bundled_model_dir):
-    run_dir = make_run("e2e")
+    run_dir = make_run("e2e", merge_at_end=True)
     proc = run(run_dir, "--steps", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
