@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pipeline.config import ConfigError, RunConfig
 from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
-from pipeline.rewards import GuardedReward, RewardFunctionError, build_rewards
+from pipeline.rewards import GuardedReward, RewardFunctionError, build_rewards, wait_for_reward_threads
 from pipeline import engine, runs
 from pipeline.probes import make_probe_callbacks
 
@@ -535,14 +535,6 @@ def main(argv: list[str] | None = None) -> int:
             # without the shutdown, so the exit code says how the run ended.
             logging.shutdown()
             os._exit(code)
-
-
-def wait_for_reward_threads(timeout_s: float = 3.0) -> bool:
-    """Let rewards that timed out (and whose processes were just ended) finish; False if one still runs."""
-    deadline = time.time() + timeout_s
-    for thread in [t for t in threading.enumerate() if t.name.startswith("reward-")]:
-        thread.join(max(0.0, deadline - time.time()))
-    return not any(t.is_alive() for t in threading.enumerate() if t.name.startswith("reward-"))
 
 
 def end_child_processes(grace_s: float = 3.0) -> list[str]:

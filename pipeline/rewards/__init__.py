@@ -1,0 +1,33 @@
+"""Rewards with TRL's signature: every reward takes `(completions, **kwargs)` and returns one float per
+completion; completions may be plain strings or chat messages, as TRL passes them. Malformed completions
+get a low score, never an exception. Pure Python: no torch import (the embedder loads on first use).
+
+Where things live (split by kind, as TRL splits trl/rewards):
+    text.py              completion text, final answer, last number
+    style_rewards.py     length target, token diversity (seed 000)
+    format_rewards.py    <think>/<answer> tags, regex presence
+    accuracy_rewards.py  exact answer, numeric tolerance (need a reference answer)
+    meaning_rewards.py   post similarity (sentence embeddings)
+    custom.py            user-written Python (opt-in)
+    registry.py          names -> reward classes, typed parameters; a new reward is registered here
+    guard.py             failure and timeout handling around each reward
+    scoring.py           build a run's guarded rewards, score completions, best possible total
+"""
+
+from pipeline.rewards.accuracy_rewards import ExactAnswer, NumericTolerance
+from pipeline.rewards.custom import CustomPython
+from pipeline.rewards.errors import RewardFunctionError, RewardTimeout
+from pipeline.rewards.format_rewards import IncrementalFormat, KeywordPresence, StrictFormat
+from pipeline.rewards.guard import GuardedReward, wait_for_reward_threads
+from pipeline.rewards.meaning_rewards import PostSimilarity, sentence_embedder
+from pipeline.rewards.registry import Param, RewardDef, RewardRegistry, reward_registry
+from pipeline.rewards.scoring import build_rewards, reward_maximum, score
+from pipeline.rewards.style_rewards import LengthTarget, TokenDiversity
+from pipeline.rewards.text import completion_text, extract_answer, parse_number
+
+__all__ = [
+    "CustomPython", "ExactAnswer", "GuardedReward", "IncrementalFormat", "KeywordPresence", "LengthTarget",
+    "NumericTolerance", "Param", "PostSimilarity", "RewardDef", "RewardFunctionError", "RewardRegistry",
+    "RewardTimeout", "StrictFormat", "TokenDiversity", "build_rewards", "completion_text", "extract_answer",
+    "parse_number", "reward_maximum", "reward_registry", "score", "sentence_embedder", "wait_for_reward_threads",
+]

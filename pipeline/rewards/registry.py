@@ -1,0 +1,156 @@
+"""The reward registry: names -> reward classes with typed, validated parameters. An unknown name
+fails with the list of valid names; the Train form and the reward bench are built from `describe()`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pipeline.rewards.accuracy_rewards import ExactAnswer, NumericTolerance
+from pipeline.rewards.custom import CustomPython
+from pipeline.rewards.format_rewards import IncrementalFormat, KeywordPresence, StrictFormat
+from pipeline.rewards.meaning_rewards import PostSimilarity
+from pipeline.rewards.style_rewards import LengthTarget, TokenDiversity
+
+
+@dataclass
+class Param:
+    kind: type
+    default: Any
+    help: str
+    choices: tuple = ()
+
+
+@dataclass
+class RewardDef:
+    name: str
+    factory: Callable[..., Callable]
+    description: str
+    params: dict[str, Param] = field(default_factory=dict)
+    needs_answer: bool = False
+    custom_code: bool = False
+    needs_source: bool = False
+
+
+class RewardRegistry:
+    """Maps names to reward definitions. An unknown name fails with the list of valid names."""
+
+    def __init__(self) -> None:
+        self._defs: dict[str, RewardDef] = {}
+
+    def register(self, d: RewardDef) -> None:
+        self._defs[d.name] = d
+
+    def names(self) -> list[str]:
+        return list(self._defs)
+
+    def get(self, name: str) -> RewardDef:
+        try:
+            return self._defs[name]
+        except KeyError:
+            raise KeyError(f"Unknown reward '{name}'. Valid rewards: {', '.join(self._defs)}.") from None
+
+    def needs_answer(self, name: str) -> bool:
+        return name in self._defs and self._defs[name].needs_answer
+
+    def needs_source(self, name: str) -> bool:
+        return name in self._defs and self._defs[name].needs_source
+
+    def _coerce(self, d: RewardDef, params: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(params) - set(d.params))
+        if unknown:
+            raise ValueError(
+                f"unknown parameter(s) {', '.join(unknown)}; it takes: {', '.join(d.params) or 'none'}"
+            )
+        out = {}
+        for key, p in d.params.items():
+            value = params.get(key, p.default)
+            try:
+                value = (value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")) \
+                    if p.kind is bool else p.kind(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"parameter '{key}' should be a {p.kind.__name__}, got {value!r}") from None
+            if p.choices and value not in p.choices:
+                raise ValueError(f"parameter '{key}' must be one of {', '.join(map(str, p.choices))}")
+            out[key] = value
+        return out
+
+    def problems(self, spec, allow_custom: bool = False) -> list[str]:
+        if spec.name not in self._defs:
+            return [f"Unknown reward '{spec.name}'. Valid rewards: {', '.join(self._defs)}."]
+        d = self._defs[spec.name]
+        if d.custom_code and not allow_custom:
+            return [f"Reward '{spec.name}' runs your own Python code; start with --allow-custom-rewards to allow it."]
+        try:
+            weight = float(spec.weight)
+        except (TypeError, ValueError):
+            return [f"Reward '{spec.name}': weight must be a number, got {spec.weight!r}."]
+        if not math.isfinite(weight):
+            return [f"Reward '{spec.name}': weight must be finite."]
+        try:
+            if d.custom_code:  # checked, never executed here: this may be the web server
+                kwargs = self._coerce(d, dict(spec.params or {}))
+                CustomPython.check(kwargs.get("code", ""))
+                return []
+            self.build(spec, allow_custom=allow_custom)
+        except Exception as exc:  # noqa: BLE001 - report any construction problem to the user
+            return [f"Reward '{spec.name}': {exc}"]
+        return []
+
+    def build(self, spec, allow_custom: bool = False, name: str | None = None) -> Callable:
+        d = self.get(spec.name)
+        if d.custom_code and not allow_custom:
+            raise PermissionError("custom reward code is disabled; start with --allow-custom-rewards")
+        kwargs = self._coerce(d, dict(spec.params or {}))
+        return d.factory(name=name or spec.name, **kwargs)
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": d.name,
+                "description": d.description,
+                "needs_answer": d.needs_answer,
+                "custom_code": d.custom_code,
+                "params": {k: {"type": p.kind.__name__, "default": p.default, "help": p.help,
+                               "choices": list(p.choices)} for k, p in d.params.items()},
+            }
+            for d in self._defs.values()
+        ]
+
+
+reward_registry = RewardRegistry()
+reward_registry.register(RewardDef(
+    "length_target", LengthTarget, "Seed 000: -|target - length|; peaks at the target length.",
+    {"target": Param(int, 50, "Target length."),
+     "unit": Param(str, "chars", "Count characters or words.", ("chars", "words"))}))
+reward_registry.register(RewardDef(
+    "token_diversity", TokenDiversity, "Seed 000: unique-token share x scale; punishes repetition.",
+    {"scale": Param(float, 100.0, "Multiplier on the 0..1 share.")}))
+reward_registry.register(RewardDef(
+    "strict_format", StrictFormat, "1 if the completion is exactly <think>...</think><answer>...</answer>."))
+reward_registry.register(RewardDef(
+    "incremental_format", IncrementalFormat, "Seed 002: 0.25 per well-formed tag; small penalty for trailing text."))
+reward_registry.register(RewardDef(
+    "exact_answer", ExactAnswer, "1 if the final answer equals the reference (normalised).", needs_answer=True))
+reward_registry.register(RewardDef(
+    "numeric_tolerance", NumericTolerance, "Seed 003: 1 if the final number is within tolerance of the reference.",
+    {"atol": Param(float, 1e-6, "Absolute tolerance."), "rtol": Param(float, 0.0, "Relative tolerance.")},
+    needs_answer=True))
+reward_registry.register(RewardDef(
+    "keyword_presence", KeywordPresence, "Reward (or penalize) completions matching a regex.",
+    {"pattern": Param(str, "TL;DR", "Regular expression to look for."),
+     "mode": Param(str, "reward", "reward or penalize.", ("reward", "penalize")),
+     "value": Param(float, 1.0, "Score when it matches."),
+     "ignore_case": Param(bool, False, "Case-insensitive match.")}))
+reward_registry.register(RewardDef(
+    "post_similarity", PostSimilarity,
+    "Meaning kept: cosine of answer and post embeddings (bundled MiniLM), full marks at `full_at`; off-topic ~0.",
+    {"scale": Param(float, 100.0, "Score at full marks."),
+     "full_at": Param(float, 0.6, "Cosine that earns full marks (a good one-line summary reaches ~0.6).")},
+    needs_source=True))
+reward_registry.register(RewardDef(
+    "custom_python", CustomPython, "Your own `reward(completions, **kwargs)` (needs --allow-custom-rewards).",
+    {"code": Param(str, "def reward(completions, **kwargs):\n    return [0.0 for _ in completions]\n",
+                   "Python source defining reward().")},
+    custom_code=True))

@@ -1,0 +1,49 @@
+"""Building a run's guarded rewards from its specs, and scoring completions with them."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from pipeline.rewards.guard import GuardedReward
+from pipeline.rewards.registry import reward_registry
+
+
+def build_rewards(specs, policy: str = "fail", allow_custom: bool = False,
+                  on_warning: Callable[[str], None] | None = None,
+                  timeout_s: float | None = None) -> tuple[list[GuardedReward], list[float]]:
+    """Guarded reward callables and their weights, with unique names (metric keys)."""
+    funcs, weights, seen = [], [], {}
+    for spec in specs:
+        seen[spec.name] = seen.get(spec.name, 0) + 1
+        name = spec.name if seen[spec.name] == 1 else f"{spec.name}_{seen[spec.name]}"
+        fn = reward_registry.build(spec, allow_custom=allow_custom, name=name)
+        funcs.append(GuardedReward(fn, policy=policy, on_warning=on_warning, timeout_s=timeout_s))
+        weights.append(float(spec.weight))
+    return funcs, weights
+
+
+def reward_maximum(funcs: list[Callable], weights: list[float]) -> float | None:
+    """Best possible weighted total, or None when a reward declares no maximum (or has a negative weight,
+    whose best is the reward's minimum).
+
+    >>> from pipeline.rewards import CustomPython, LengthTarget, TokenDiversity
+    >>> reward_maximum([LengthTarget(), TokenDiversity()], [1.0, 1.0])
+    100.0
+    >>> reward_maximum([LengthTarget(), CustomPython("def reward(c, **k): return [0] * len(c)")], [1, 1]) is None
+    True
+    """
+    total = 0.0
+    for f, w in zip(funcs, weights):
+        best = getattr(f, "max_value", None)
+        if best is None or w < 0:
+            return None
+        total += w * best
+    return total
+
+
+def score(funcs: list[Callable], weights: list[float], completions: list, **kwargs) -> dict[str, Any]:
+    """Per-reward scores and the weighted total for a list of completions (None = missing)."""
+    from pipeline.advantages import weighted_totals
+
+    per = {f.__name__: f(completions, **kwargs) for f in funcs}
+    return {"per_reward": per, "total": weighted_totals(per, {f.__name__: w for f, w in zip(funcs, weights)})}
