@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from report import p50_p95, save  # noqa: E402
+from pipeline.generate import is_error_reply  # noqa: E402
 
 MODEL = "bundled/SmolLM2-135M-Instruct"
 
@@ -66,7 +67,7 @@ def one_chat(url: str, index: int, tokens: int, turns: int = 1) -> dict:
             crossed.append(f"turn {turn}: {len(history)} messages, earlier replies {got[:-1]} (had {replies})")
         if hist_b:
             crossed.append(f"turn {turn}: model B history {hist_b} (side by side is off)")
-        if not reply.strip() or reply.startswith("⚠️"):
+        if not reply.strip() or is_error_reply(history[-1]):
             failed.append(f"turn {turn}: reply {reply!r}")
         replies.append(reply)
     return {"session": index, "ttft": ttfts[0], "total": totals[0], "ttfts": ttfts, "totals": totals,

@@ -13,9 +13,6 @@ from typing import Iterator
 
 from pipeline import runs
 
-RUN_PREFIX = "run:"
-CKPT_PREFIX = "ckpt:"
-
 
 def generate_batch(model, tokenizer, prompts: list[list[dict]], max_new_tokens: int = 64,
                    temperature: float = 0.0, top_p: float = 1.0, batch_size: int = 8) -> list[str]:
@@ -116,6 +113,57 @@ def stream_chat(model, tokenizer, messages: list[dict], max_new_tokens: int = 12
 # ---- chat model choices ------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ModelChoice:
+    """A model one can chat with: a base model (catalog id, hub id or folder), a finished run's merged
+    model, or one checkpoint of a run. Dropdowns carry it as a string (`value`); `parse` reads it back,
+    and nothing else looks inside that string."""
+
+    kind: str  # "base" | "run" | "checkpoint"
+    name: str  # the model id for a base model, else the run's name
+    step: int | None = None
+
+    @property
+    def value(self) -> str:
+        """The dropdown value.
+
+        >>> ModelChoice("checkpoint", "demo", 4).value
+        'ckpt:demo:4'
+        >>> ModelChoice.parse("run:demo") == ModelChoice("run", "demo")
+        True
+        >>> ModelChoice.parse("bundled/SmolLM2-135M-Instruct").kind
+        'base'
+        """
+        if self.kind == "run":
+            return f"run:{self.name}"
+        if self.kind == "checkpoint":
+            return f"ckpt:{self.name}:{self.step}"
+        return self.name
+
+    @classmethod
+    def parse(cls, value: "str | ModelChoice") -> "ModelChoice":
+        if isinstance(value, ModelChoice):
+            return value
+        value = str(value or "")
+        if value.startswith("run:"):
+            return cls("run", value[len("run:"):])
+        if value.startswith("ckpt:"):
+            name, _, step = value[len("ckpt:"):].rpartition(":")
+            if not name or not step.isdigit():
+                raise ChatModelError(f"'{value}' is not a checkpoint choice (ckpt:RUN:STEP).")
+            return cls("checkpoint", name, int(step))
+        return cls("base", value)
+
+    def run_dir(self) -> Path | None:
+        """The run folder behind a run or checkpoint choice (only existing runs); None for a base model."""
+        if self.kind == "base":
+            return None
+        path = runs.resolve_run(self.name)
+        if path is None:
+            raise ChatModelError(f"There is no run named '{self.name}'.")
+        return path
+
+
 def chat_choices() -> list[tuple[str, str]]:
     """(label, value) for every model one can chat with: finished runs, their checkpoints, the catalog."""
     from pipeline.models import catalog_choices
@@ -123,10 +171,10 @@ def chat_choices() -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for run_dir in runs.iter_run_dirs():
         if (run_dir / "merged" / "config.json").exists():
-            out.append((f"{run_dir.name} (tuned, final)", RUN_PREFIX + run_dir.name))
+            out.append((f"{run_dir.name} (tuned, final)", ModelChoice("run", run_dir.name).value))
         for ckpt in runs.checkpoints(run_dir):
             step = runs.checkpoint_step(ckpt)
-            out.append((f"{run_dir.name} @ step {step}", f"{CKPT_PREFIX}{run_dir.name}:{step}"))
+            out.append((f"{run_dir.name} @ step {step}", ModelChoice("checkpoint", run_dir.name, step).value))
     return out + [(f"{label} (base)", value) for label, value in catalog_choices()]
 
 
@@ -147,44 +195,47 @@ def generation_error_message(exc: BaseException) -> str:
     return f"⚠️ Generation failed: {type(exc).__name__}: {exc}"
 
 
-def run_for_choice(choice: str) -> Path | None:
+# A chat reply that is an error, not the model's words: marked in the message's metadata (which Gradio's
+# Chatbot keeps on the round trip), so scoring and the next turn's context leave it out.
+ERROR_METADATA = {"log": "generation error"}
+
+
+def error_reply(exc: BaseException) -> dict:
+    """The assistant message shown in place of a reply that failed."""
+    return {"role": "assistant", "content": generation_error_message(exc), "metadata": dict(ERROR_METADATA)}
+
+
+def is_error_reply(message: dict) -> bool:
+    return (message.get("metadata") or {}).get("log") == ERROR_METADATA["log"]
+
+
+def run_for_choice(choice: "str | ModelChoice") -> Path | None:
     """The run directory behind a run/checkpoint choice (validated: only existing runs)."""
-    if choice.startswith(RUN_PREFIX):
-        name = choice[len(RUN_PREFIX):]
-    elif choice.startswith(CKPT_PREFIX):
-        name = choice[len(CKPT_PREFIX):].rsplit(":", 1)[0]
-    else:
-        return None
-    path = runs.resolve_run(name)
-    if path is None:
-        raise ChatModelError(f"There is no run named '{name}'.")
-    return path
+    return ModelChoice.parse(choice).run_dir()
 
 
-def _load_choice(choice: str):
+def _load_choice(choice: "str | ModelChoice"):
+    from pipeline.config import RunConfig
     from pipeline.models import ModelError, load_model
 
-    run_dir = run_for_choice(choice)
+    choice = ModelChoice.parse(choice)
+    run_dir = choice.run_dir()
     try:
         if run_dir is None:
-            return load_model(choice)
-        if choice.startswith(RUN_PREFIX):
+            return load_model(choice.name)
+        if choice.kind == "run":
             merged = run_dir / "merged"
             if not (merged / "config.json").exists():
                 state = runs.read_status(run_dir).get("state")
                 raise ChatModelError(f"Run '{run_dir.name}' has no merged model yet (it is {state}). Pick one of "
                                      "its checkpoints, or wait until it finishes.")
             return load_model(str(merged))
-        step = choice.rsplit(":", 1)[1]
-        ckpt = run_dir / f"checkpoint-{step}"
+        ckpt = run_dir / f"checkpoint-{choice.step}"
         if not (ckpt / runs.CHECKPOINT_MARKER).exists():
-            raise ChatModelError(f"Checkpoint {step} of '{run_dir.name}' is missing or incomplete.")
-        import json
-
+            raise ChatModelError(f"Checkpoint {choice.step} of '{run_dir.name}' is missing or incomplete.")
         from peft import PeftModel
 
-        base_id = json.loads((run_dir / "config.json").read_text())["model"]
-        base, tokenizer = load_model(base_id)
+        base, tokenizer = load_model(RunConfig.load(run_dir / "config.json").model)
         return PeftModel.from_pretrained(base, ckpt).merge_and_unload().eval(), tokenizer
     except ModelError as exc:
         raise ChatModelError(str(exc)) from None

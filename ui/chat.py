@@ -14,7 +14,7 @@ import gradio as gr
 from pipeline import runs
 from pipeline.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.generate import (
-    RUN_PREFIX, ChatModelError, ModelCache, chat_choices, generation_error_message, run_for_choice, stream_chat,
+    ChatModelError, ModelCache, ModelChoice, chat_choices, error_reply, is_error_reply, run_for_choice, stream_chat,
 )
 from pipeline.rewards import build_rewards, score
 
@@ -24,11 +24,12 @@ EXAMPLES = json.loads((ASSETS / "prompts" / "chat_examples.json").read_text(enco
 
 def default_choice(choices: list[tuple[str, str]] | None = None) -> str:
     """The run that finished last (its merged model) if there is one, else the bundled base model."""
-    finished = [v for _, v in (chat_choices() if choices is None else choices) if v.startswith(RUN_PREFIX)]
+    offered = [ModelChoice.parse(v) for _, v in (chat_choices() if choices is None else choices)]
+    finished = [c for c in offered if c.kind == "run"]
     if not finished:
         return BUNDLED_MODEL_ID
     # By end time, not by name: a run named on the command line ("demo") sorts above the app's dated names.
-    return max(finished, key=lambda v: runs.read_status(runs.runs_dir() / v[len(RUN_PREFIX):]).get("ended_at") or 0)
+    return max(finished, key=lambda c: runs.read_status(runs.runs_dir() / c.name).get("ended_at") or 0).value
 
 
 def refreshed_choice(current: str | None, offered: str | None, choices: list[tuple[str, str]]) -> str:
@@ -63,8 +64,10 @@ def content_text(content) -> str:
 
 def _messages(history: list[dict], system: str) -> list[dict]:
     msgs = [{"role": "system", "content": system}] if (system or "").strip() else []
+    # A reply that failed is shown in the chat but is not the model's words: it stays out of the context.
     return msgs + [{"role": m["role"], "content": content_text(m.get("content"))} for m in history
-                   if m.get("role") in ("user", "assistant") and content_text(m.get("content"))]
+                   if m.get("role") in ("user", "assistant") and content_text(m.get("content"))
+                   and not is_error_reply(m)]
 
 
 def make_handlers(cache: ModelCache):
@@ -91,9 +94,9 @@ def make_handlers(cache: ModelCache):
                 msgs = _messages(hist + [{"role": "user", "content": message}], system)
                 for text in stream_chat(model, tok, msgs, max_new_tokens=int(max_tokens),
                                         temperature=float(temperature), top_p=float(top_p), stop=stop):
-                    updates.put((key, text))
+                    updates.put((key, {"role": "assistant", "content": text}))
             except Exception as exc:  # noqa: BLE001 - shown in the chat, never a stack trace
-                updates.put((key, generation_error_message(exc)))
+                updates.put((key, error_reply(exc)))
             finally:
                 updates.put((key, None))
 
@@ -103,11 +106,11 @@ def make_handlers(cache: ModelCache):
         pending = len(threads)
         try:
             while pending:
-                key, text = updates.get()
-                if text is None:
+                key, reply = updates.get()
+                if reply is None:
                     pending -= 1
                     continue
-                histories[key][-1] = {"role": "assistant", "content": text}
+                histories[key][-1] = reply
                 yield histories["a"], histories["b"], gr.skip()
         finally:
             stop.set()  # Stop pressed or page closed: end both generations
@@ -117,8 +120,9 @@ def make_handlers(cache: ModelCache):
         for label, hist, choice in (("A", hist_a, choice_a), ("B", hist_b, choice_b)):
             if label == "B" and not side_by_side:
                 continue
-            replies = [content_text(m.get("content")) for m in (hist or []) if m.get("role") == "assistant"]
-            replies = [r for r in replies if r and not r.startswith("⚠️")]
+            replies = [content_text(m.get("content")) for m in (hist or [])
+                       if m.get("role") == "assistant" and not is_error_reply(m)]
+            replies = [r for r in replies if r]
             if not replies:
                 continue
             specs, source = rewards_for(choice)

@@ -59,5 +59,8 @@ def test_a_broken_model_gets_a_message_and_the_app_keeps_serving(url):
 
     reply = content_text(hist_a[-1]["content"])
     assert reply.startswith("⚠️ Could not load") and "no-such-architecture" in reply
+    from pipeline.generate import is_error_reply
+
+    assert is_error_reply(hist_a[-1]), hist_a[-1]  # the mark survives Gradio's round trip (scoring skips it)
     updates, hist_a, _ = _chat(url, "Name one fruit.")
     assert content_text(hist_a[-1]["content"]).strip() and not content_text(hist_a[-1]["content"]).startswith("⚠️")

@@ -135,3 +135,30 @@ def test_releasing_models_empties_every_cache(monkeypatch):
     assert cache.keys() == []
     cache.get("a")
     assert cache.loads == 3  # loaded again on the next request
+
+
+def test_model_choices_are_typed_and_bad_checkpoint_values_refused():
+    from pipeline.generate import ModelChoice
+
+    for choice in (ModelChoice("run", "demo"), ModelChoice("checkpoint", "demo", 12), ModelChoice("base", "org/m")):
+        assert ModelChoice.parse(choice.value) == choice
+    assert ModelChoice.parse("ckpt:a:b:7") == ModelChoice("checkpoint", "a:b", 7)
+    for bad in ("ckpt:demo", "ckpt:demo:x", "ckpt::3"):
+        with pytest.raises(ChatModelError, match="not a checkpoint choice"):
+            ModelChoice.parse(bad)
+
+
+def test_a_failed_reply_is_neither_scored_nor_sent_back_as_context():
+    """An error shown in the chat is marked as such: scoring skips it and the next turn leaves it out."""
+    from pipeline.generate import error_reply
+    from ui.chat import _messages, make_handlers
+
+    failed = error_reply(ChatModelError("There is no run named 'x'."))
+    history = [{"role": "user", "content": "hi"}, failed]
+    assert failed["content"].startswith("⚠️ There is no run named")
+    assert _messages(history, "") == [{"role": "user", "content": "hi"}]
+    _, score_replies = make_handlers(ModelCache())
+    assert score_replies(history, [], "bundled/SmolLM2-135M-Instruct", None, False) == (
+        "Nothing to score yet: send a message first.")
+    ok = history + [{"role": "user", "content": "again"}, {"role": "assistant", "content": "A short reply."}]
+    assert score_replies(ok, [], "bundled/SmolLM2-135M-Instruct", None, False).startswith("**A**")
