@@ -243,8 +243,16 @@ def out_of_memory_message(doing: str, advice: str) -> str:
     return f"Out of memory while {doing}. {advice}"
 
 
+def nvidia_driver_present() -> bool:
+    """Whether an NVIDIA driver is loaded, without importing torch (the app builds its form at start-up,
+    and importing torch only to learn there is no GPU costs seconds)."""
+    return Path("/proc/driver/nvidia/version").exists() or any(Path("/dev").glob("nvidia[0-9]*"))
+
+
 def gpu_count() -> int:
-    """CUDA GPUs this process can see (0 on a CPU machine)."""
+    """CUDA GPUs this process can see (0 on a CPU machine). torch is imported only where a driver is."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1") or not nvidia_driver_present():
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
