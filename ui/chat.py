@@ -8,6 +8,7 @@ import queue
 import shutil
 import threading
 from pathlib import Path
+from typing import Callable
 
 import gradio as gr
 
@@ -203,7 +204,9 @@ def push_to_hub(choice: str, repo_id: str, token: str):
 # ---- layout ------------------------------------------------------------------------------------
 
 
-def build(cache: ModelCache) -> None:
+def build(cache: ModelCache) -> tuple[Callable, list[gr.components.Component]]:
+    """Add the Chat tab. Returns the page-load handler that re-reads the model lists, and its components
+    (inputs and outputs alike)."""
     respond, score_replies = make_handlers(cache)
     with gr.Tab("Chat", id="chat"):
         gr.Markdown("Talk to a tuned model, a checkpoint, or a base model. Tick *side by side* to send each "

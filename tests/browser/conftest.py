@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.integration.helpers import free_port, start_app_process
 
@@ -76,3 +77,18 @@ def open_settings(page, timeout_s: float = 60.0):
             return
         except PlaywrightTimeout:
             continue
+
+
+def fill_settings(page, values: dict[str, str]) -> None:
+    """Type values into "All settings" fields by their labels, as a user would (Tab commits each)."""
+    open_settings(page)
+    for label, value in values.items():
+        field = page.get_by_label(label, exact=True)
+        field.fill(value)
+        field.press("Tab")
+        expect(field).to_have_value(value)
+
+
+# A lighter run for browser tests about the live view, not about learning: one prompt a step and short
+# completions halve a CPU step.
+LIGHT_RUN = {"Batch (completions / step)": "4", "Max completion tokens": "16"}

@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from pipeline import runs
 
-from .conftest import ARTIFACTS, open_settings
+from .conftest import ARTIFACTS, LIGHT_RUN, fill_settings
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -27,22 +27,20 @@ def test_completions_over_time_show_step_0_then_a_later_probe(page, app_url):
     # Before any run: the panel says what probes are.
     expect(page.locator("#probes")).to_contain_text("step 0 is the base model")
 
-    # The Quick CPU demo preset, with probes every 2 steps instead of 5 so the test sees a second probe soon.
+    # The Quick CPU demo preset, with probes every 2 steps instead of 5 so the test sees a second probe soon,
+    # on 2 probe prompts and a lighter step.
     expect(page.get_by_label("Preset")).to_have_value("Quick CPU demo")
-    open_settings(page)
-    every = page.get_by_label("Probe every N steps (0 = off)")
-    every.fill("2")
-    every.press("Tab")
+    fill_settings(page, {"Probe every N steps (0 = off)": "2", "Probe prompts (held out)": "2", **LIGHT_RUN})
     page.locator("#start-btn").click()
     expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)
     run_name = page.locator("#run-select input").input_value()
     cfg = json.loads((runs.runs_dir() / run_name / "config.json").read_text())
-    assert cfg["probe_every"] == 2 and cfg["probe_prompts"] == 4
+    assert (cfg["probe_every"], cfg["probe_prompts"], cfg["batch_size"], cfg["max_completion_length"]) == (2, 2, 4, 16)
 
-    # Step 0: the base model's answers to the 4 probe prompts, scored.
+    # Step 0: the base model's answers to the 2 probe prompts, scored.
     panel = page.locator("#probes .gs-probes")
     expect(panel).to_have_attribute("data-step", "0", timeout=600_000)
-    expect(page.locator("#probes .gs-probe")).to_have_count(4)
+    expect(page.locator("#probes .gs-probe")).to_have_count(2)
     expect(panel).to_contain_text("step 0 · base")
     expect(panel).to_contain_text("summary_score")
     expect(page.locator("#probe-plot")).to_contain_text("total (weighted)", timeout=30_000)

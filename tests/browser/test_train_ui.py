@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from pipeline import runs
 
-from .conftest import ARTIFACTS
+from .conftest import ARTIFACTS, LIGHT_RUN, fill_settings
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -33,6 +33,8 @@ def test_start_watch_stop_reload_and_resume(page, app_url):
     expect(diversity).to_be_checked()
     diversity.click()
     expect(diversity).not_to_be_checked()
+    # A lighter step and no probes: this test is about the live view, Stop and Resume (probes have their own).
+    fill_settings(page, {"Probe every N steps (0 = off)": "0", **LIGHT_RUN})
     shot(page, "train-01-setup")
 
     page.locator("#start-btn").click()
@@ -40,7 +42,7 @@ def test_start_watch_stop_reload_and_resume(page, app_url):
     run_name = page.locator("#run-select input").input_value()
     assert run_name
     cfg = (runs.runs_dir() / run_name / "config.json").read_text()
-    assert "length_target" in cfg and "token_diversity" not in cfg
+    assert "length_target" in cfg and "token_diversity" not in cfg and '"probe_every": 0' in cfg
 
     # Live: the step counter moves, the reward chart gains a series, the group inspector fills.
     expect(page.locator("#progress .gs-step")).to_have_text(re.compile(r"[1-9]"), timeout=600_000)
