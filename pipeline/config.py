@@ -1,7 +1,8 @@
 """Typed run configuration: what the Train form and the CLI turn into before anything runs.
 
 Pure Python (no torch, no gradio) so it loads fast and tests fast. Each field carries its
-help text in `metadata["help"]`; the UI shows it next to the field.
+help text in `metadata["help"]`; a field the Train form shows also carries its label and, for a
+dropdown, its choices (`_form`), and the form is built from them.
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ class RunConfig:
     )
 
     # GRPO: the knobs most runs change, first in the form
-    num_generations: int = field(default=4, metadata=_form("Group size G", "G: completions sampled per prompt (the group)."))
+    num_generations: int = field(default=4, metadata=_form(
+        "Group size G", "G: completions sampled per prompt (the group)."))
     batch_size: int = field(
         default=8,
         metadata=_form("Batch (completions / step)",
