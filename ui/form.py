@@ -1,17 +1,20 @@
 """Train form <-> RunConfig. The one place the UI's raw values become a typed config.
 
+The form is keyed by name: RunConfig field names for the settings, DatasetSpec field names for the prompts,
+plus "model_custom" and "rewards" (the table). The settings shown are the RunConfig fields marked for the
+form in their metadata (`pipeline.config._form`), in dataclass order, so a new field there needs no edit here.
 No gradio import: this is tested as plain Python.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import asdict
+from collections.abc import Mapping
 from typing import Any
 
-from pipeline.config import ConfigError, DatasetSpec, RewardSpec, RunConfig
+from pipeline.config import BUNDLED_MODEL_ID, ConfigError, DatasetSpec, RewardSpec, RunConfig
 from pipeline.models import BUNDLED_LABEL
-from pipeline.config import BUNDLED_MODEL_ID
 from pipeline.rewards import reward_registry
 
 SOURCES = {
@@ -21,20 +24,23 @@ SOURCES = {
     "Hub dataset": "hub",
 }
 SOURCE_LABELS = {v: k for k, v in SOURCES.items()}
-
-# Hyperparameters shown in the form, in order; each becomes one component with the field's help text.
-HYPER_FIELDS = [
-    "num_generations", "batch_size", "max_steps", "learning_rate", "beta", "epsilon",
-    "max_completion_length", "max_prompt_tokens", "temperature", "top_p", "loss_type", "scale_rewards",
-    "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "seed", "save_steps", "keep_checkpoints", "precision",
-    "gradient_checkpointing", "reward_errors", "reward_timeout_s", "probe_every", "probe_prompts",
-    "warmup_steps", "mask_truncated_completions", "fast_engine",
-    # GRPO options and the GPU path
-    "num_iterations", "epsilon_high", "importance_sampling_level", "steps_per_generation", "lr_scheduler",
-    "top_k", "min_p", "repetition_penalty", "load_in_4bit", "use_vllm", "vllm_gpu_memory_utilization",
-    "vllm_enable_sleep_mode", "vllm_max_model_length", "vllm_tensor_parallel_size", "report_to",
-]
+# The prompt fields the form sets (DatasetSpec names); limit and eval_fraction keep their defaults.
+DATASET_KEYS = ("source", "path", "prompt_column", "answer_column", "system_prompt", "hub_id", "hub_split")
 REWARD_COLUMNS = ["use", "reward", "weight", "params (JSON)"]
+
+
+def form_fields(cls: type[RunConfig] = RunConfig) -> list[dataclasses.Field]:
+    """The settings the form shows, in dataclass order: the fields whose metadata marks them for the form."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("form")]
+
+
+def form_keys(cls: type[RunConfig] = RunConfig) -> list[str]:
+    """Every key of the form, in the order the Train tab lays it out (and the API takes it)."""
+    return ["model", "model_custom", *DATASET_KEYS, "rewards", *(f.name for f in form_fields(cls))]
+
+
+# Settings shown under "All settings", in order; each becomes one component labelled from its metadata.
+HYPER_FIELDS = [f.name for f in form_fields()]
 
 
 def reward_rows(config: RunConfig | None = None, allow_custom: bool = False) -> list[list[Any]]:
@@ -90,49 +96,66 @@ def model_from_form(choice: str | None, custom: str | None) -> str:
     return choice
 
 
-def form_to_config(model_choice: str | None, model_custom: str | None, source_label: str, file_path: str | None,
-                   prompt_column: str | None, answer_column: str | None, system_prompt: str | None,
-                   hub_id: str | None, hub_split: str | None, rewards_table: list[list[Any]],
-                   *hyper_values: Any) -> RunConfig:
-    """Build the typed config from the form's values. Raises ConfigError with a plain message."""
-    if len(hyper_values) != len(HYPER_FIELDS):
-        raise ConfigError(f"Expected {len(HYPER_FIELDS)} hyperparameters, got {len(hyper_values)}.")
-    source = SOURCES.get(source_label, source_label)
+def _table_rows(table: Any) -> list[list[Any]]:
+    """The rewards table's rows, from a pandas DataFrame (the UI), an API payload or a plain list."""
+    if hasattr(table, "to_numpy"):
+        return table.to_numpy().tolist()
+    if isinstance(table, Mapping):
+        return list(table.get("data") or [])
+    return list(table or [])
+
+
+def _typed(name: str, raw: Any, default: Any) -> Any:
+    """A raw form value as the type of the field's default; empty means the default."""
+    if raw is None or raw == "":
+        return default
+    try:
+        if isinstance(default, bool):
+            return _truthy(raw)
+        if isinstance(default, int):
+            as_float = float(raw)
+            if as_float != int(as_float):
+                raise ValueError
+            return int(as_float)
+        if isinstance(default, float):
+            return float(raw)
+        return str(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"'{name}' must be a {type(default).__name__}, got {raw!r}.") from None
+
+
+def form_to_config(values: Mapping[str, Any], cls: type[RunConfig] = RunConfig) -> RunConfig:
+    """Build the typed config from the form's values, keyed as `form_keys(cls)`. Raises ConfigError with a
+    plain message (a key missing or unknown means the form and the config disagree: a wiring bug)."""
+    keys = form_keys(cls)
+    missing = [k for k in keys if k not in values]
+    unknown = sorted(set(values) - set(keys))
+    if missing or unknown:
+        raise ConfigError("The Train form and the run config disagree (reload the page; if it stays, report it): "
+                          + "; ".join(filter(None, [missing and f"no value for {', '.join(missing)}",
+                                                    unknown and f"unknown {', '.join(unknown)}"])))
+    source = SOURCES.get(values["source"], values["source"])
+    columns = source in ("file", "hub")
     dataset = DatasetSpec(
         source=source,
-        path=str(file_path or "") if source == "file" else "",
-        prompt_column=(prompt_column or "prompt") if source in ("file", "hub") else "prompt",
-        answer_column=(answer_column or "") if source in ("file", "hub") else "",
-        system_prompt=system_prompt or "",
-        hub_id=(hub_id or "").strip() if source == "hub" else "",
-        hub_split=(hub_split or "train").strip(),
+        path=str(values["path"] or "") if source == "file" else "",
+        prompt_column=(values["prompt_column"] or "prompt") if columns else "prompt",
+        answer_column=(values["answer_column"] or "") if columns else "",
+        system_prompt=values["system_prompt"] or "",
+        hub_id=(values["hub_id"] or "").strip() if source == "hub" else "",
+        hub_split=(values["hub_split"] or "train").strip(),
     )
-    defaults = RunConfig()
-    values: dict[str, Any] = {}
-    for name, raw in zip(HYPER_FIELDS, hyper_values):
-        default = getattr(defaults, name)
-        if raw is None or raw == "":
-            values[name] = default
-            continue
-        try:
-            if isinstance(default, bool):
-                values[name] = _truthy(raw)
-            elif isinstance(default, int):
-                as_float = float(raw)
-                if as_float != int(as_float):
-                    raise ValueError
-                values[name] = int(as_float)
-            elif isinstance(default, float):
-                values[name] = float(raw)
-            else:
-                values[name] = str(raw)
-        except (TypeError, ValueError):
-            raise ConfigError(f"'{name}' must be a {type(default).__name__}, got {raw!r}.") from None
-    return RunConfig(model=model_from_form(model_choice, model_custom), dataset=dataset,
-                     rewards=rewards_from_rows(rewards_table), **values)
+    defaults = cls()
+    settings = {f.name: _typed(f.name, values[f.name], getattr(defaults, f.name)) for f in form_fields(cls)}
+    return cls(model=model_from_form(values["model"], values["model_custom"]), dataset=dataset,
+               rewards=rewards_from_rows(_table_rows(values["rewards"])), **settings)
 
 
-def config_to_form(config: RunConfig) -> dict[str, Any]:
-    """Values to fill the form from a config (presets, 'load settings from a run')."""
-    d = asdict(config)
-    return {name: d[name] for name in HYPER_FIELDS}
+def config_to_form(config: RunConfig, allow_custom: bool = False) -> dict[str, Any]:
+    """The form's values for a config, keyed and ordered as `form_keys` (presets, the API's Start inputs)."""
+    ds = config.dataset
+    values = {"model": config.model, "model_custom": "", "source": SOURCE_LABELS.get(ds.source, ds.source),
+              **{key: getattr(ds, key) for key in DATASET_KEYS if key != "source"},
+              "rewards": reward_rows(config, allow_custom=allow_custom)}
+    values.update((f.name, getattr(config, f.name)) for f in form_fields(type(config)))
+    return values

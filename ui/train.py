@@ -4,25 +4,28 @@ polls the run directory with a gr.Timer, so a page reload or an app restart pick
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 
 from pipeline import runner, runs
-from pipeline.config import (
-    IS_LEVELS, LOSS_TYPES, LR_SCHEDULERS, PRECISIONS, PRESETS, REPORT_TO, REWARD_ERROR_POLICIES, SCALE_REWARDS,
-    BUNDLED_MODEL_ID, ConfigError, RunConfig, apply_preset, field_help,
-)
+from pipeline.config import PRESETS, BUNDLED_MODEL_ID, ConfigError, RunConfig, apply_preset
 from pipeline.data import DatasetError, load_rows, read_table
 from pipeline.models import catalog_choices, check_processes, gpu_count
 from pipeline.rewards import reward_registry
 from ui import views
-from ui.form import HYPER_FIELDS, REWARD_COLUMNS, SOURCES, config_to_form, form_to_config, reward_rows
+from ui.form import (
+    HYPER_FIELDS, REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, form_to_config, reward_rows,
+)
 
 # The "All settings" accordion is built open, so Gradio mounts its fields with the page, and folded once the
 # page has loaded; until then studio.css keeps its content hidden. Built closed, a field typed into while
@@ -39,31 +42,6 @@ def settings_accordion() -> gr.Accordion:
     return gr.Accordion("All settings", open=True, elem_id="all-settings")
 
 
-CHOICES = {"loss_type": LOSS_TYPES, "precision": PRECISIONS, "reward_errors": REWARD_ERROR_POLICIES,
-           "scale_rewards": SCALE_REWARDS, "importance_sampling_level": IS_LEVELS, "lr_scheduler": LR_SCHEDULERS,
-           "report_to": REPORT_TO}
-LABELS = {
-    "num_generations": "Group size G", "batch_size": "Batch (completions / step)", "max_steps": "Steps",
-    "learning_rate": "Learning rate", "beta": "beta (KL weight)", "epsilon": "epsilon (clip)",
-    "max_completion_length": "Max completion tokens", "max_prompt_tokens": "Prompt token budget",
-    "temperature": "Temperature", "top_p": "top-p", "loss_type": "Loss type", "scale_rewards": "Scale advantages by",
-    "lora_r": "LoRA r", "lora_alpha": "LoRA alpha", "lora_dropout": "LoRA dropout",
-    "lora_target_modules": "LoRA target modules", "seed": "Seed", "save_steps": "Checkpoint every N steps",
-    "keep_checkpoints": "Checkpoints to keep",
-    "precision": "Precision", "gradient_checkpointing": "Gradient checkpointing", "reward_errors": "On reward errors",
-    "reward_timeout_s": "Reward timeout (s)", "warmup_steps": "Warm-up steps",
-    "mask_truncated_completions": "Mask cut-off completions", "fast_engine": "Fast engine (one process)",
-    "probe_every": "Probe every N steps (0 = off)",
-    "probe_prompts": "Probe prompts (held out)",
-    "num_iterations": "Iterations per batch (mu)", "epsilon_high": "epsilon high (clip-higher, 0 = epsilon)",
-    "importance_sampling_level": "Importance sampling level (sequence = GSPO)",
-    "steps_per_generation": "Steps per generation (0 = TRL default)", "lr_scheduler": "LR schedule",
-    "top_k": "top-k (0 = off)", "min_p": "min-p (0 = off)", "repetition_penalty": "Repetition penalty",
-    "load_in_4bit": "QLoRA: 4-bit base (GPU)", "use_vllm": "Generate with vLLM (GPU)",
-    "vllm_gpu_memory_utilization": "vLLM GPU memory share", "vllm_enable_sleep_mode": "vLLM sleep mode",
-    "vllm_max_model_length": "vLLM max model length (0 = prompt + completion)",
-    "vllm_tensor_parallel_size": "vLLM tensor parallel size", "report_to": "Also report to",
-}
 UPLOAD_TYPES = [".csv", ".jsonl", ".json"]
 # "problems" next to the state, so a damaged run's reason is seen without scrolling (empty for healthy runs).
 RUN_COLUMNS = ["run", "state", "problems", "model", "dataset", "rewards", "step", "max_steps", "final_reward",
@@ -78,10 +56,12 @@ def reward_docs() -> str:
     return "\n".join(lines)
 
 
-def hyper_component(name: str, default):
-    kwargs = dict(label=LABELS.get(name, name), info=field_help(RunConfig, name), value=default)
-    if name in CHOICES:
-        return gr.Dropdown(choices=list(CHOICES[name]), **kwargs)
+def hyper_component(spec: dataclasses.Field, default: Any) -> gr.components.Component:
+    """One setting's component, from its RunConfig field: label, help and choices come from the metadata."""
+    meta = spec.metadata
+    kwargs = dict(label=meta["label"], info=meta["help"], value=default)
+    if "choices" in meta:
+        return gr.Dropdown(choices=list(meta["choices"]), **kwargs)
     if isinstance(default, bool):
         return gr.Checkbox(**kwargs)
     if isinstance(default, (int, float)):
@@ -122,17 +102,20 @@ def store_upload(file_path: str | None) -> tuple[str, gr.Dropdown, gr.Dropdown, 
             gr.Dropdown(choices=[""] + columns, value=answer or ""), f"✓ {src.name}: {len(columns)} columns.")
 
 
-def build_config(*values) -> RunConfig:
-    (model_choice, model_custom, source, stored_path, prompt_col, answer_col, system, hub_id, hub_split,
-     rewards_df, *hyper) = values
-    rows = rewards_df.values.tolist() if hasattr(rewards_df, "values") else rewards_df
-    return form_to_config(model_choice, model_custom, source, stored_path, prompt_col, answer_col, system,
-                          hub_id, hub_split, rows, *hyper)
+def keyed(handler: Callable[..., dict[str, Any]], components: dict[str, Any]) -> Callable[..., Any]:
+    """Gradio's side of a handler that returns {name: update}: the same updates keyed by component. A name
+    left out leaves its component as it is. The handler's name (and so its API name) is kept."""
+    @functools.wraps(handler)
+    def by_component(*args, **kwargs):
+        updates = handler(*args, **kwargs)
+        # An empty dict would read as one output's value: a single skip() leaves every output unchanged.
+        return {components[name]: value for name, value in updates.items()} if updates else gr.skip()
+    return by_component
 
 
-def preview_dataset(*values, progress=gr.Progress()):
+def preview_dataset(progress=gr.Progress(), **form):
     try:
-        cfg = build_config(*values)
+        cfg = form_to_config(form)
         progress(0.2, desc="Reading prompts")
         rows = load_rows(cfg.dataset)[:3]
         progress(0.5, desc="Loading the tokenizer (the bundled model is converted once, ~30 s)")
@@ -149,11 +132,11 @@ def preview_dataset(*values, progress=gr.Progress()):
         return f"Can't preview: {exc}"
 
 
-def run_preflight(allow_custom: bool, *values, progress=gr.Progress()):
+def run_preflight(allow_custom: bool, progress=gr.Progress(), **form):
     from pipeline.preflight import preflight
 
     try:
-        cfg = build_config(*values)
+        cfg = form_to_config(form)
     except ConfigError as exc:
         return f"❌ {exc}"
     progress(0.3, desc="Checking data, model, budget and rewards")
@@ -163,9 +146,9 @@ def run_preflight(allow_custom: bool, *values, progress=gr.Progress()):
     return "\n\n".join(lines + [f"**{verdict}**"])
 
 
-def show_command(allow_custom: bool, nproc, *values):
+def show_command(allow_custom: bool, nproc, **form):
     try:
-        cfg = build_config(*values)
+        cfg = form_to_config(form)
     except ConfigError as exc:
         return f"# {exc}"
     placeholder = runs.runs_dir() / "NEW-RUN"
@@ -179,9 +162,9 @@ def show_command(allow_custom: bool, nproc, *values):
             f"# ...or on 2 processes / GPUs:\n{multi}\n\n# config.json\n{cfg.to_json()}")
 
 
-def start_training(allow_custom: bool, nproc, *values):
+def start_training(allow_custom: bool, nproc, **form):
     try:
-        cfg = build_config(*values)
+        cfg = form_to_config(form)
         processes = check_processes(nproc, gpu_count())
         label = Path(cfg.model).name.replace("SmolLM2-135M-Instruct", "smollm2") + "-" + cfg.dataset.source
         # More than one process: the same entry point under torchrun, one rank per GPU.
@@ -218,49 +201,63 @@ def plot(frame, x_lim: list[int]) -> gr.LinePlot:
     return gr.LinePlot(frame, x_lim=x_lim)
 
 
-def refresh(run_name: str | None, group_step, last_sig):
-    """Timer tick: re-read the run directory; skip every output when nothing changed."""
+def run_config(path: Path) -> RunConfig | None:
+    """The run's config.json through RunConfig.load; None when it is missing or damaged (the progress header
+    names the damage, see runs.run_problems, and the rest of the live view still shows)."""
+    try:
+        return RunConfig.load(path / "config.json")
+    except (OSError, ValueError):  # ValueError covers ConfigError, bad JSON and undecodable bytes
+        return None
+
+
+def _empty_view(head: str) -> dict[str, Any]:
+    """Live-view updates for no run, or a run that is gone: the header says which, everything else clears."""
+    return {"progress": head, "health": "", "reward_plot": None, **{f"plot_{key}": None for key in views.CHARTS},
+            "groups": views.groups_html(None), "log": ""}
+
+
+def refresh(run_name: str | None, group_step, last_sig) -> dict[str, Any]:
+    """Timer tick: re-read the run directory. Returns {output name: update}; {} when nothing changed."""
     path = run_path(run_name)
     if path is None:
         gone = bool(run_name)  # a run was picked, and its folder is no longer there (deleted)
         sig = ("gone", run_name) if gone else ("none",)
         if sig == last_sig:
-            return [gr.skip()] * 11 + [last_sig]
+            return {}
         head = views.gone_html(run_name) if gone else views.progress_html(None, {}, [], None)
-        return [head, "", None, *[None] * 5, views.groups_html(None), "", gr.Slider(), sig]
+        return {**_empty_view(head), "sig": sig}
     try:
         return _refresh_run(path, run_name, group_step, last_sig)
     except FileNotFoundError:  # deleted between the check above and the reads
-        return [views.gone_html(run_name), "", None, *[None] * 5, views.groups_html(None), "", gr.Slider(),
-                ("gone", run_name)]
+        return {**_empty_view(views.gone_html(run_name)), "sig": ("gone", run_name)}
 
 
-def _refresh_run(path: Path, run_name: str, group_step, last_sig):
+def _refresh_run(path: Path, run_name: str, group_step, last_sig) -> dict[str, Any]:
     status = runs.read_status(path)
     metrics = runs.read_metrics(path)
     evals = runs.read_evals(path)  # for the held-out health check; the probes panel has its own handler
     log_size = (path / "train.log").stat().st_size if (path / "train.log").exists() else 0
     sig = (run_name, len(metrics), len(evals), status.get("state"), group_step, log_size)
     if sig == last_sig:
-        return [gr.skip()] * 11 + [last_sig]
-    cfg = runs.read_json(path / "config.json") or {}  # damaged: the header says so, the rest still shows
+        return {}
+    cfg = run_config(path)  # damaged: the header says so, the rest still shows
+    max_steps = cfg.max_steps if cfg else None
     groups = runs.read_groups(path)
     steps = [g["step"] for g in groups]
     pick = int(group_step or 0)
     record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
-    slider = gr.Slider(minimum=0, maximum=max(steps + [1]), step=1)  # a slider needs max > min
-    lim = views.step_axis(cfg.get("max_steps"), [m["step"] for m in metrics])
+    lim = views.step_axis(max_steps, [m["step"] for m in metrics])
     problems = runs.run_problems(path, active=status.get("state") in runs.ACTIVE_STATES)
-    return [
-        views.progress_html(run_name, status, metrics, cfg.get("max_steps"), problems),
-        views.health_html(metrics, evals),
-        plot(views.reward_frame(metrics), lim),
-        *[plot(views.metric_frame(metrics, chart), lim) for chart in views.CHARTS],
-        views.groups_html(record),
-        runs.log_tail(path, 30),
-        slider,
-        sig,
-    ]
+    return {
+        "progress": views.progress_html(run_name, status, metrics, max_steps, problems),
+        "health": views.health_html(metrics, evals),
+        "reward_plot": plot(views.reward_frame(metrics), lim),
+        **{f"plot_{key}": plot(views.metric_frame(metrics, key), lim) for key in views.CHARTS},
+        "groups": views.groups_html(record),
+        "log": runs.log_tail(path, 30),
+        "group_step": gr.Slider(minimum=0, maximum=max(steps + [1]), step=1),  # a slider needs max > min
+        "sig": sig,
+    }
 
 
 def probe_view(run_name: str | None, pick, last_sig=None) -> dict | None:
@@ -281,7 +278,8 @@ def probe_view(run_name: str | None, pick, last_sig=None) -> dict | None:
     if sig == last_sig:
         return None
     evals = runs.read_evals(path)
-    cfg = runs.read_json(path / "config.json") or {}
+    config = run_config(path)
+    cfg = config.to_dict() if config else {}
     lim = views.step_axis(cfg.get("max_steps"), [e["step"] for e in evals])
     return {"plot": views.probe_frame(evals), "x_lim": lim, "panel": views.probes_html(evals, pick, cfg, state),
             "choices": views.probe_choices(evals, cfg.get("max_steps"), state), "sig": sig}
@@ -294,7 +292,7 @@ def runs_table():
     return pd.DataFrame([[r.get(c) for c in RUN_COLUMNS] for r in rows], columns=RUN_COLUMNS)
 
 
-def refresh_runs(current: str | None):
+def refresh_runs(current: str | None) -> tuple[gr.Dropdown, Any, gr.CheckboxGroup, gr.Dropdown]:
     names = run_names()
     active = runner.active_run()
     value = current if current in names else (active.name if active else (names[0] if names else None))
@@ -352,18 +350,18 @@ def delete_run(name: str | None, confirmed: bool):
     return f"🗑 Deleted **{name}**.", False
 
 
-def fill_preset(name: str, allow_custom: bool = False):
-    """A preset fills the hyperparameters and the rewards table (seed 000's pair is a preset)."""
-    config = apply_preset(RunConfig(), name)
-    values = config_to_form(config)
-    return [reward_rows(config, allow_custom=allow_custom), *[values[f] for f in HYPER_FIELDS]]
+def fill_preset(name: str, allow_custom: bool = False) -> dict[str, Any]:
+    """A preset fills the settings and the rewards table (seed 000's pair is a preset): {form key: value}."""
+    values = config_to_form(apply_preset(RunConfig(), name), allow_custom=allow_custom)
+    return {key: values[key] for key in ("rewards", *HYPER_FIELDS)}
 
 
 # ---- layout ------------------------------------------------------------------------------------
 
 
-def build(allow_custom: bool = False) -> None:
-    """Add the Train tab to the enclosing gr.Blocks."""
+def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, list[gr.components.Component]]:
+    """Add the Train tab to the enclosing gr.Blocks. Returns what the page load runs to offer the runs on disk:
+    refresh_runs, its input and its outputs."""
     defaults = config_to_form(RunConfig())
     with gr.Tab("Train", id="train"):
         allow = gr.State(allow_custom)
@@ -401,10 +399,8 @@ def build(allow_custom: bool = False) -> None:
 
                 gr.Markdown("### 3. Hyperparameters")
                 preset = gr.Dropdown(choices=list(PRESETS), value="Quick CPU demo", label="Preset")
-                hyper = []
-                with settings_accordion():
-                    for name in HYPER_FIELDS:
-                        hyper.append(hyper_component(name, defaults[name]))
+                with settings_accordion():  # one component per RunConfig field marked for the form
+                    hyper = {spec.name: hyper_component(spec, defaults[spec.name]) for spec in form_fields()}
 
                 gpus = gpu_count()
                 nproc = gr.Slider(1, max(gpus, 2), value=max(gpus, 1), step=1, visible=gpus > 1,
@@ -431,13 +427,13 @@ def build(allow_custom: bool = False) -> None:
                     probe_plot = gr.LinePlot(None, x="step", y="value", color="series",
                                              title="Held-out reward (probe prompts, greedy)", height=260,
                                              elem_id="probe-plot")
-                plots = []
+                plots = {}
                 chart_items = list(views.CHARTS.items())
                 for i in range(0, len(chart_items), 2):
                     with gr.Row():
                         for key, (title, _) in chart_items[i:i + 2]:
-                            plots.append(gr.LinePlot(None, x="step", y="value", color="series", title=title,
-                                                     height=200, elem_id=f"plot-{key}"))
+                            plots[f"plot_{key}"] = gr.LinePlot(None, x="step", y="value", color="series",
+                                                               title=title, height=200, elem_id=f"plot-{key}")
                 gr.Markdown("#### Completions over time\nThe same held-out prompts, answered greedily at step 0 "
                             "(the base model), every few steps and at the end. Pick a step to see its answers.")
                 probe_pick = gr.Radio(choices=views.probe_choices([]), value="latest", label="Probe step",
@@ -468,24 +464,35 @@ def build(allow_custom: bool = False) -> None:
                         delete_btn = gr.Button("Delete", variant="stop")
                     action_msg = gr.Markdown()
 
-        form = [model_choice, model_custom, source, stored_path, prompt_col, answer_col, system, hub_id, hub_split,
-                rewards, *hyper]
+        # The form by name (RunConfig / DatasetSpec field names), in form_keys order, which is also the order
+        # the API takes: handlers get it as keyword arguments and ui.form.form_to_config turns it into a config.
+        parts = {"model": model_choice, "model_custom": model_custom, "source": source, "path": stored_path,
+                 "prompt_column": prompt_col, "answer_column": answer_col, "system_prompt": system,
+                 "hub_id": hub_id, "hub_split": hub_split, "rewards": rewards, **hyper}
+        form = {key: parts[key] for key in form_keys()}
         last_sig = gr.State(None)
         timer = gr.Timer(1.0)
-        watch_outputs = [progress_box, health, reward_plot, *plots, groups, log, group_step, last_sig]
+        # The live view's outputs by name, in the order the API returns them (refresh leaves out what is unchanged).
+        watch = {"progress": progress_box, "health": health, "reward_plot": reward_plot, **plots, "groups": groups,
+                 "log": log, "group_step": group_step, "sig": last_sig}
 
         source.change(lambda s: (gr.Group(visible=SOURCES[s] == "file"), gr.Group(visible=SOURCES[s] == "hub")),
                       source, [file_box, hub_box])
         upload.upload(store_upload, upload, [stored_path, prompt_col, answer_col, upload_msg])
-        preview_btn.click(preview_dataset, form, preview, concurrency_id="model", concurrency_limit=1)
-        preset.change(lambda name: fill_preset(name, allow_custom), preset, [rewards, *hyper])
-        check_btn.click(run_preflight, [allow, *form], message, concurrency_id="model", concurrency_limit=1)
-        cmd_btn.click(show_command, [allow, nproc, *form], command)
-        start_btn.click(start_training, [allow, nproc, *form], [run_select, message], concurrency_limit=1,
-                        concurrency_id="start").then(
+        preview_btn.click(preview_dataset, None, preview, inputs_kwargs=form, concurrency_id="model",
+                          concurrency_limit=1)
+        preset_outputs = {"rewards": rewards, **hyper}
+        preset.change(keyed(lambda name: fill_preset(name, allow_custom), preset_outputs), preset,
+                      list(preset_outputs.values()))
+        check_btn.click(run_preflight, allow, message, inputs_kwargs=form, concurrency_id="model",
+                        concurrency_limit=1)
+        cmd_btn.click(show_command, [allow, nproc], command, inputs_kwargs=form)
+        start_btn.click(start_training, [allow, nproc], [run_select, message], inputs_kwargs=form,
+                        concurrency_limit=1, concurrency_id="start").then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
         stop_btn.click(stop_training, run_select, message)
-        timer.tick(refresh, [run_select, group_step, last_sig], watch_outputs, show_progress="hidden")
+        timer.tick(keyed(refresh, watch), [run_select, group_step, last_sig], list(watch.values()),
+                   show_progress="hidden")
         probe_sig = gr.State(None)
 
         def refresh_probes(run_name, pick, last):

@@ -107,11 +107,11 @@ def value_of(output):
 
 
 def start_inputs(cfg: RunConfig) -> list:
-    """What the Start button sends for `cfg`, in its API order: processes, then the form (the uploaded
-    file's path is a State, which the API leaves out)."""
-    from pipeline.config import BUNDLED_MODEL_ID
-    from ui.form import HYPER_FIELDS, REWARD_COLUMNS, SOURCE_LABELS, config_to_form, reward_rows
+    """What the Start button sends for `cfg`, in its API order: processes, then the form by name in
+    `form_keys` order (the uploaded file's path is a State, which the API leaves out)."""
+    from ui.form import REWARD_COLUMNS, config_to_form
 
-    hyper = config_to_form(cfg)
-    return [1, BUNDLED_MODEL_ID, "", SOURCE_LABELS[cfg.dataset.source], None, None, "", "", "train",
-            {"headers": REWARD_COLUMNS, "data": reward_rows(cfg)}, *[hyper[name] for name in HYPER_FIELDS]]
+    form = config_to_form(cfg)
+    form.pop("path")
+    form["rewards"] = {"headers": REWARD_COLUMNS, "data": form["rewards"]}
+    return [1, *form.values()]

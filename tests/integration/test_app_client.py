@@ -5,7 +5,7 @@ import pytest
 from .helpers import serve_app
 
 from pipeline import runs
-from pipeline.config import RunConfig
+from pipeline.config import RewardSpec, RunConfig
 
 
 @pytest.fixture(scope="module")
@@ -185,3 +185,57 @@ def test_two_browser_sessions_press_start_together(client, bundled_model_dir, mo
     finally:
         for name in started:
             runner.stop_run(runs.runs_dir() / name, grace_s=120)
+
+
+def _changed_everywhere() -> RunConfig:
+    """A config where every setting the form shows differs from its default (another choice, the other
+    boolean, a different number), with a file source and its own rewards: a value sent to the wrong field,
+    or not sent, shows."""
+    import dataclasses
+
+    from pipeline.config import DatasetSpec, RewardSpec
+    from ui.form import form_fields
+
+    defaults, changes = RunConfig(), {}
+    for spec in form_fields():
+        value = getattr(defaults, spec.name)
+        if "choices" in spec.metadata:
+            changes[spec.name] = next(c for c in spec.metadata["choices"] if c != value)
+        elif isinstance(value, bool):
+            changes[spec.name] = not value
+        elif isinstance(value, (int, float)):
+            changes[spec.name] = type(value)(value + len(changes) + 2)  # distinct: a swap of two fields shows
+        else:
+            changes[spec.name] = "q_proj,v_proj"
+    return dataclasses.replace(
+        defaults, **changes, rewards=[RewardSpec("length_target", 0.5, {"target": 30, "unit": "words"})],
+        dataset=DatasetSpec(source="file", path="", prompt_column="question", answer_column="answer",
+                            system_prompt="Answer in one line."))
+
+
+def test_every_form_value_reaches_the_config_by_name(client):
+    """The Start button's inputs, by name, as "Show command" prints the config they make: each value lands in
+    its own field (fails when a component is left out of the form's keyed wiring, or wired to another name)."""
+    import json
+
+    from .helpers import start_inputs
+
+    from ui.form import form_fields
+
+    # Each setting's name is bound to the component labelled for it (a swap of two fields in the browser).
+    api = client.view_api(return_format="dict", print_info=False)["named_endpoints"]["/start_training"]
+    labels = {p["parameter_name"]: p["label"] for p in api["parameters"]}
+    expected = {spec.name: spec.metadata["label"] for spec in form_fields()}
+    assert {name: labels.get(name) for name in expected} == expected
+    assert (labels["prompt_column"], labels["hub_split"]) == ("Prompt column", "Split")
+
+    cfg = _changed_everywhere()
+    text = client.predict(*start_inputs(cfg), api_name="/show_command")
+    assert "# config.json\n" in text, text
+    shown = RunConfig.from_json(text.split("# config.json\n", 1)[1])
+    [reward] = shown.rewards  # the table's other rows are unticked
+    assert (reward.name, reward.weight, reward.params["target"], reward.params["unit"]) == (
+        "length_target", 0.5, 30, "words")
+    # The uploaded file's path is a State the API cannot set; everything else came from the inputs.
+    assert shown.to_dict() == {**cfg.to_dict(), "rewards": shown.to_dict()["rewards"]}, json.dumps(
+        {k: (v, cfg.to_dict()[k]) for k, v in shown.to_dict().items() if v != cfg.to_dict()[k]})

@@ -1,55 +1,118 @@
+import dataclasses
+
 import pytest
 
-from pipeline.config import BUNDLED_MODEL_ID, ConfigError, RunConfig
-from ui.form import HYPER_FIELDS, config_to_form, form_to_config, reward_rows, rewards_from_rows
+from pipeline.config import BUNDLED_MODEL_ID, PRESETS, ConfigError, DatasetSpec, RewardSpec, RunConfig, apply_preset
+from ui.form import (
+    HYPER_FIELDS, config_to_form, form_fields, form_keys, form_to_config, reward_rows, rewards_from_rows,
+)
 
 
-def _hyper(**over):
+def _form(**over):
+    """The form's values for the default config, keyed by name, with some changed."""
     values = config_to_form(RunConfig())
     values.update(over)
-    return [values[f] for f in HYPER_FIELDS]
+    return form_to_config(values)
 
 
-def _form(**kw):
-    base = dict(model_choice=BUNDLED_MODEL_ID, model_custom="", source_label="TL;DR (bundled)", file_path="",
-                prompt_column=None, answer_column=None, system_prompt="", hub_id="", hub_split="train",
-                rewards_table=reward_rows())
-    base.update(kw)
-    hyper = base.pop("hyper", _hyper())
-    return form_to_config(*base.values(), *hyper)
+def _without_params(cfg: RunConfig) -> RunConfig:
+    # The form spells out every reward parameter's default; a config leaves some implicit.
+    return dataclasses.replace(cfg, rewards=[RewardSpec(r.name, r.weight) for r in cfg.rewards])
 
 
 def test_default_form_gives_default_config():
-    import dataclasses
-
     cfg = _form()
-    assert dataclasses.replace(cfg, rewards=[]) == dataclasses.replace(RunConfig(), rewards=[])
-    # The form spells out every parameter's default; the config's defaults leave some implicit.
-    assert [(r.name, r.weight) for r in cfg.rewards] == [(r.name, r.weight) for r in RunConfig().rewards]
+    assert _without_params(cfg) == _without_params(RunConfig())
     assert cfg.rewards[1].params == {"scale": 100.0}
 
 
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_round_trip_from_the_dataclass(preset):
+    """config -> form values -> config gives the same config, for every preset and a changed file-source one."""
+    cfg = apply_preset(RunConfig(), preset)
+    assert _without_params(form_to_config(config_to_form(cfg))) == _without_params(cfg)
+    changed = dataclasses.replace(
+        cfg, model="Qwen/Qwen2.5-0.5B-Instruct", seed=7, loss_type="grpo", use_vllm=True, min_p=0.05,
+        dataset=DatasetSpec(source="file", path="/data/x.csv", prompt_column="q", answer_column="a",
+                            system_prompt="Be brief."))
+    assert _without_params(form_to_config(config_to_form(changed))) == _without_params(changed)
+
+
+def test_form_shows_the_fields_marked_in_their_metadata_in_dataclass_order():
+    marked = [f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("form")]
+    assert HYPER_FIELDS == marked and marked[:3] == ["num_generations", "batch_size", "max_steps"]
+    assert "gradient_accumulation_steps" not in HYPER_FIELDS and "merge_at_end" not in HYPER_FIELDS
+    for spec in form_fields():  # each shown field carries its label and help; dropdowns their choices
+        assert spec.metadata["label"] and spec.metadata["help"], spec.name
+    meta = {f.name: f.metadata for f in form_fields()}
+    assert meta["max_steps"]["label"] == "Steps" and "choices" not in meta["max_steps"]
+    assert meta["loss_type"]["choices"][0] == "dapo" and meta["precision"]["label"] == "Precision"
+    keys = form_keys()
+    assert len(keys) == len(set(keys))  # dataset, model and setting names never collide
+    assert list(config_to_form(RunConfig())) == keys
+
+
+def test_a_new_field_needs_one_line_in_the_dataclass():
+    """A field added to the config (here via make_dataclass) is in the form's keys, filled from a config, read
+    back typed, and its choices are checked, with no other edit."""
+    from pipeline.config import _form as shown
+
+    Extended = dataclasses.make_dataclass("Extended", [
+        ("top_a", float, dataclasses.field(default=0.0, metadata=shown("top-a", "A made-up sampling cut."))),
+        ("style", str, dataclasses.field(default="plain", metadata=shown("Style", "Made up.", ("plain", "fancy")))),
+    ], bases=(RunConfig,))
+    assert form_keys(Extended)[-2:] == ["top_a", "style"]
+    values = config_to_form(Extended())
+    assert (values["top_a"], values["style"]) == (0.0, "plain")
+    values.update(top_a="0.25", style="fancy", max_steps="3")
+    cfg = form_to_config(values, Extended)
+    assert (type(cfg), cfg.top_a, cfg.style, cfg.max_steps) == (Extended, 0.25, "fancy", 3)
+    assert any("style must be one of: plain, fancy (got 'odd')" in p for p in Extended(style="odd").problems())
+
+
+def test_form_and_config_disagreeing_is_a_plain_error():
+    values = config_to_form(RunConfig())
+    del values["max_steps"]
+    with pytest.raises(ConfigError, match="no value for max_steps"):
+        form_to_config(values)
+    values = config_to_form(RunConfig())
+    values["max_stepz"] = 3
+    with pytest.raises(ConfigError, match="unknown max_stepz"):
+        form_to_config(values)
+
+
 def test_form_values_are_typed():
-    cfg = _form(hyper=_hyper(num_generations=8.0, batch_size="16", learning_rate="1e-4", gradient_checkpointing="false"))
+    cfg = _form(num_generations=8.0, batch_size="16", learning_rate="1e-4", gradient_checkpointing="false")
     assert cfg.num_generations == 8 and isinstance(cfg.num_generations, int)
     assert cfg.batch_size == 16 and cfg.learning_rate == 1e-4 and cfg.gradient_checkpointing is False
+    assert _form(max_steps=None).max_steps == RunConfig().max_steps  # an emptied field means its default
     with pytest.raises(ConfigError, match="num_generations"):
-        _form(hyper=_hyper(num_generations=2.5))
+        _form(num_generations=2.5)
     with pytest.raises(ConfigError, match="learning_rate"):
-        _form(hyper=_hyper(learning_rate="fast"))
+        _form(learning_rate="fast")
 
 
 def test_custom_model_overrides_dropdown():
     assert _form(model_custom="  Qwen/Qwen2.5-0.5B-Instruct ").model == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert _form(model=None).model == BUNDLED_MODEL_ID
 
 
 def test_file_source_keeps_columns_and_other_sources_drop_them():
-    cfg = _form(source_label="Upload CSV/JSONL", file_path="/data/uploads/x.csv", prompt_column="q",
+    cfg = _form(source="Upload CSV/JSONL", path="/data/uploads/x.csv", prompt_column="q",
                 answer_column="a", system_prompt="Be brief.")
     assert (cfg.dataset.source, cfg.dataset.path, cfg.dataset.prompt_column, cfg.dataset.answer_column) == \
         ("file", "/data/uploads/x.csv", "q", "a")
-    cfg = _form(source_label="Arithmetic (bundled)", file_path="/x.csv", prompt_column="q")
+    cfg = _form(source="Arithmetic (bundled)", path="/x.csv", prompt_column="q")
     assert cfg.dataset.path == "" and cfg.dataset.prompt_column == "prompt"
+
+
+def test_rewards_table_as_the_ui_and_the_api_send_it():
+    import pandas as pd
+
+    rows = reward_rows()
+    frame = pd.DataFrame(rows, columns=["use", "reward", "weight", "params (JSON)"])
+    for table in (rows, frame, {"headers": list(frame.columns), "data": rows}):
+        assert [r.name for r in _form(rewards=table).rewards] == [s.name for s in RunConfig().rewards]
 
 
 def test_reward_rows_round_trip_with_weights_and_params():
