@@ -566,7 +566,7 @@ def build(allow_custom: bool = False) -> None:
         eval_sig = gr.State(None)
         eval_btn.click(evaluate_run, action_run, action_msg, api_name="evaluate_run").then(
             eval_view, [action_run], [eval_box, eval_sig], show_progress="hidden")
-        eval_stop_btn.click(stop_evaluation, action_run, action_msg)
+        eval_stop_btn.click(stop_evaluation, action_run, action_msg, api_name="stop_evaluation")
         timer.tick(eval_view, [action_run, eval_sig], [eval_box, eval_sig], show_progress="hidden",
                    api_name="eval_view")
         delete_btn.click(delete_run, [action_run, confirm], [action_msg, confirm]).then(
