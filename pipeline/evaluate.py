@@ -174,9 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     if not (run_dir / "config.json").exists():
         print(f"Evaluation failed: {run_dir} is not a run directory (it has no config.json).", file=sys.stderr)
         return 1
-    reporter = StatusReporter(run_dir, args.limit)
     signal.signal(signal.SIGTERM, _raise_stopped)
     signal.signal(signal.SIGINT, _raise_stopped)
+    try:
+        reporter = StatusReporter(run_dir, args.limit)
+    except EvalStopped:  # stopped while starting: say so (the launcher's "queued" is still the state)
+        runs.write_eval_status(run_dir, "stopped", error=None)
+        return 130
     try:
         result = evaluate(run_dir, args.limit, progress=reporter)
     except EvalStopped:

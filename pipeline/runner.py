@@ -214,8 +214,10 @@ def stop_run(run_dir: Path, grace_s: float = 0.0) -> bool:
     except (ProcessLookupError, PermissionError, TypeError, ValueError):
         return False
     if grace_s:
+        # Until the run says it stopped and its processes have exited (they write the status, then exit).
         deadline = time.time() + grace_s
-        while time.time() < deadline and runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES:
+        while time.time() < deadline and (runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES
+                                          or runs.launcher_alive(run_dir)):
             time.sleep(0.2)
     return True
 
@@ -286,6 +288,6 @@ def stop_eval(run_dir: Path, grace_s: float = 0.0) -> bool:
         return False
     if grace_s:
         deadline = time.time() + grace_s
-        while time.time() < deadline and runs.eval_active(run_dir):
+        while time.time() < deadline and (runs.eval_active(run_dir) or runs.eval_launcher_alive(run_dir)):
             time.sleep(0.2)
     return True

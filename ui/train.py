@@ -324,7 +324,7 @@ def evaluate_run(name: str | None):
         return "Pick a finished run to evaluate."
     try:
         runner.start_eval(path)
-    except runner.RunnerError as exc:
+    except (RuntimeError, OSError) as exc:  # RunnerError says why; a full disk or a racing launch too
         return f"❌ {exc}"
     return (f"▶ Evaluating **{name}** on up to {runner.EVAL_LIMIT} held-out prompts (greedy, base then tuned); "
             "progress shows below.")
