@@ -17,14 +17,14 @@ def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None
     from retrieval.store import MovieStore
     from ui import chat, rag, reward_bench, train
 
-    cache = ModelCache(capacity=2)  # shared by Chat and RAG: at most two models in memory
+    cache = ModelCache(capacity=2)  # shared by Chat, RAG and the reward bench: at most two models in memory
     store = MovieStore(lancedb_uri)  # the movie-plot table (default <data>/lancedb), shared by every session
     with gr.Blocks(title="GRPO Studio") as demo:
         gr.Markdown("# GRPO Studio\nFine-tune a small model with GRPO and watch why it moves: every group, "
                     "every reward, every advantage.")
         with gr.Tabs():
             refresh_runs, run_select, outputs = train.build(allow_custom_rewards)
-            reward_bench.build(allow_custom_rewards)
+            reward_bench.build(cache, allow_custom_rewards)
             load_chat_choices, chat_models = chat.build(cache)
             load_rag, rag_inputs, rag_outputs = rag.build(cache, store)
         # A reload (or a restarted app) finds the active or latest run again, read from disk.

@@ -2,18 +2,23 @@
 
     python -m pipeline.evaluate --run-dir DIR [--limit 32]
 
-Writes DIR/eval.json. Decoding is greedy so the comparison is repeatable (seed 003's advice:
-judge on data the run never trained on, with the same rewards).
+Writes DIR/eval.json, and its progress to DIR/eval_status.json (running with done/total prompts and an
+ETA, then done, failed or stopped) so the app's Runs panel can follow it; SIGTERM stops it. Decoding is
+greedy so the comparison is repeatable (seed 003's advice: judge on data the run never trained on,
+with the same rewards).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from pipeline import runs
 from pipeline.config import RunConfig
@@ -74,10 +79,22 @@ def tuned_model_path(run_dir: Path) -> Path:
                             "started with merge_at_end off).")
 
 
-def evaluate(run_dir: Path, limit: int = 32) -> dict:
+BATCH = 8  # prompts generated together; progress is reported after each batch
+
+
+class EvalStopped(BaseException):
+    """SIGTERM (the app's Stop) arrived. A BaseException, like KeyboardInterrupt, so that no loader's
+    `except Exception` turns a Stop into a failure."""
+
+
+def evaluate(run_dir: Path, limit: int = 32,
+             progress: Callable[[int, int, str], None] | None = None) -> dict:
+    """Score base and tuned on the held-out prompts and write eval.json. `progress(done, total, phase)`
+    is called as prompts are answered (total counts each prompt twice: base and tuned)."""
     from pipeline.generate import generate_batch
     from pipeline.models import load_model
 
+    progress = progress or (lambda done, total, phase: None)
     cfg = RunConfig.load(run_dir / "config.json")
     held_path = run_dir / "eval_prompts.json"
     held = json.loads(held_path.read_text()) if held_path.exists() else load_dataset_split(cfg.dataset, cfg.seed)[1]
@@ -90,11 +107,20 @@ def evaluate(run_dir: Path, limit: int = 32) -> dict:
 
     result: dict = {"run": run_dir.name, "n": len(held), "max_new_tokens": cfg.max_completion_length,
                     "decoding": "greedy"}
-    texts = {}
-    for which, model_id in (("base", cfg.model), ("tuned", str(tuned_model_path(run_dir)))):
+    texts: dict[str, list[str]] = {}
+    total = 2 * len(prompts)
+    for side, (which, model_id) in enumerate((("base", cfg.model), ("tuned", str(tuned_model_path(run_dir))))):
         t0 = time.time()
+        done = side * len(prompts)
+        progress(done, total, f"loading the {which} model")
         model, tokenizer = load_model(model_id, precision=cfg.precision)
-        texts[which] = generate_batch(model, tokenizer, prompts, max_new_tokens=cfg.max_completion_length)
+        texts[which] = []
+        # The same batches generate_batch makes on its own, so the greedy answers don't change.
+        for start in range(0, len(prompts), BATCH):
+            progress(done + start, total, f"answering with the {which} model")
+            texts[which] += generate_batch(model, tokenizer, prompts[start:start + BATCH],
+                                           max_new_tokens=cfg.max_completion_length)
+        progress(done + len(prompts), total, f"scoring the {which} model's answers")
         scored = score(funcs, weights, texts[which], **extra)
         result[which] = _summary(scored) | {"seconds": round(time.time() - t0, 1), "totals": scored["total"]}
         del model
@@ -112,17 +138,66 @@ def evaluate(run_dir: Path, limit: int = 32) -> dict:
     return result
 
 
+class StatusReporter:
+    """Writes the evaluator's progress to eval_status.json: done/total prompts, phase and an ETA."""
+
+    def __init__(self, run_dir: Path, limit: int):
+        self.run_dir = run_dir
+        self.started = time.time()
+        runs.write_eval_status(run_dir, "running", pid=os.getpid(), pid_create_time=runs.process_create_time(
+            os.getpid()), started_at=self.started, ended_at=None, error=None, limit=limit, done=0, total=None,
+            phase="starting", eta_s=None)
+
+    def __call__(self, done: int, total: int, phase: str) -> None:
+        elapsed = time.time() - self.started
+        # Model loads are inside the elapsed time, so early estimates run long; it settles as prompts finish.
+        eta = elapsed / done * (total - done) if done else None
+        runs.write_eval_status(self.run_dir, "running", done=done, total=total, phase=phase,
+                               eta_s=round(eta, 1) if eta is not None else None, elapsed_s=round(elapsed, 1))
+
+    def finish(self, state: str, **fields) -> None:
+        runs.write_eval_status(self.run_dir, state, ended_at=time.time(),
+                               elapsed_s=round(time.time() - self.started, 1), **fields)
+
+
+def _raise_stopped(signum, frame):
+    raise EvalStopped
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--limit", type=int, default=32, help="Evaluate at most this many held-out prompts.")
     args = parser.parse_args(argv)
-    try:
-        result = evaluate(Path(args.run_dir).resolve(), args.limit)
-    except Exception as exc:  # noqa: BLE001 - a CLI: print the reason, not a traceback
-        print(f"Evaluation failed: {exc}", file=sys.stderr)
+    run_dir = Path(args.run_dir).resolve()
+    if not (run_dir / "config.json").exists():
+        print(f"Evaluation failed: {run_dir} is not a run directory (it has no config.json).", file=sys.stderr)
         return 1
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    signal.signal(signal.SIGINT, _raise_stopped)
+    try:
+        reporter = StatusReporter(run_dir, args.limit)
+    except EvalStopped:  # stopped while starting: say so (the launcher's "queued" is still the state)
+        runs.write_eval_status(run_dir, "stopped", error=None)
+        return 130
+    try:
+        result = evaluate(run_dir, args.limit, progress=reporter)
+    except EvalStopped:
+        reporter.finish("stopped", error=None)
+        print("Evaluation stopped.", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a CLI: print the reason, not a traceback
+        from pipeline.models import is_out_of_memory, out_of_memory_message
+
+        message = (out_of_memory_message("evaluating", "Evaluate fewer prompts (--limit) or free memory first.")
+                   if is_out_of_memory(exc) else str(exc))
+        reporter.finish("failed", error=message)
+        print(f"Evaluation failed: {message}", file=sys.stderr)
+        return 1
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # eval.json is written: a late Stop changes nothing
+    reporter.finish("done", done=2 * result["n"], total=2 * result["n"], phase="done", eta_s=0,
+                    delta=result["delta"], gap_closed=result["gap_closed"], n=result["n"])
     print(report(result))
     print("Wrote eval.json.")
     return 0

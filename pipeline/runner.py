@@ -1,10 +1,18 @@
-"""Start and stop trainer processes: one training at a time per machine.
+"""Start and stop the app's long jobs as processes of their own: trainings (one at a time per machine)
+and evaluations (one per run at a time).
 
 The launched process (the trainer, or torchrun and its ranks) runs in a new session, so it outlives
 an app restart. Stop signals that launcher: torchrun passes the signal to every rank (each rank runs
 in its own session, so signalling rank 0's group would reach rank 0 alone), the ranks agree on the
 step to stop at, and torchrun waits SHUTDOWN_GRACE_S for the save and merge. Everything is read back
 from the run directory; nothing is kept in module state. No torch or gradio import.
+
+Evaluations and trainings on one machine: an evaluation is refused while a training runs (on a 2-core
+CPU the two would share the cores, slowing the training and skewing its step times and ETA; on a GPU
+they would compete for its memory). A training's Start is never refused because of an evaluation of
+another run (an evaluation takes a minute or two, and the training is the job the user waits for), but
+Resume of the run being evaluated waits for it: the resumed training would replace the merged model
+the evaluation is reading.
 """
 
 from __future__ import annotations
@@ -99,7 +107,8 @@ def _launch(run_dir: Path, cmd: list[str], nproc: int = 1) -> subprocess.Popen:
     # nproc is kept so that Resume relaunches the run the same way.
     runs.write_json_atomic(run_dir / "command.json", {"argv": cmd, "shell": command_preview(cmd), "nproc": nproc})
     # "queued" is written before the process exists, so it can never overwrite the trainer's "running".
-    runs.write_status(run_dir, "queued", queued_at=time.time(), pid=None, error=None, ended_at=None)
+    runs.write_status(run_dir, "queued", writer="launcher", queued_at=time.time(), pid=None, error=None,
+                      ended_at=None)
     log = open(run_dir / "stdout.log", "ab")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, env=launch_env(nproc))
@@ -160,6 +169,9 @@ def resume_run(run_dir: Path, nproc: int | None = None, allow_custom_rewards: bo
         _refuse_if_busy()
         if runs.read_status(run_dir).get("state") == "finished":
             raise RunnerError(f"Run '{run_dir.name}' already finished all its steps.")
+        if runs.eval_active(run_dir):
+            raise RunnerError(f"Run '{run_dir.name}' is being evaluated, and resuming would replace the model the "
+                              "evaluation reads. Wait for the evaluation to finish (a minute or two), or stop it.")
         nproc = nproc or launched_nproc(run_dir)
         _launch(run_dir, train_command(run_dir, nproc=nproc, resume=True,
                                        allow_custom_rewards=allow_custom_rewards), nproc)
@@ -202,7 +214,80 @@ def stop_run(run_dir: Path, grace_s: float = 0.0) -> bool:
     except (ProcessLookupError, PermissionError, TypeError, ValueError):
         return False
     if grace_s:
+        # Until the run says it stopped and its processes have exited (they write the status, then exit).
         deadline = time.time() + grace_s
-        while time.time() < deadline and runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES:
+        while time.time() < deadline and (runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES
+                                          or runs.launcher_alive(run_dir)):
+            time.sleep(0.2)
+    return True
+
+
+# ---- evaluations ----------------------------------------------------------------------------------
+
+EVAL_LIMIT = 16  # held-out prompts the app evaluates: enough to compare base and tuned in a minute or two on CPU
+
+
+def eval_command(run_dir: Path, limit: int = EVAL_LIMIT, python: str | None = None) -> list[str]:
+    """The argument list that evaluates `run_dir`, base vs tuned (never a shell string)."""
+    return [python or sys.executable, "-m", "pipeline.evaluate", "--run-dir", str(run_dir), "--limit", str(int(limit))]
+
+
+def active_evals() -> list[Path]:
+    """Runs with an evaluation queued or running now (read from disk, so it survives restarts)."""
+    return [run_dir for run_dir in runs.iter_run_dirs() if runs.eval_active(run_dir)]
+
+
+def start_eval(run_dir: Path, limit: int = EVAL_LIMIT) -> Path:
+    """Launch `python -m pipeline.evaluate` for a run as its own process and return at once. It writes
+    eval_status.json (progress), eval.json (the result) and eval.log into the run directory."""
+    run_dir = Path(run_dir)
+    with start_lock():
+        busy = busy_run()
+        if busy is not None:
+            raise RunnerError(f"Run '{busy[0].name}' {busy[1]}: an evaluation now would share this machine with "
+                              "the training and slow both. Evaluate when it has finished.")
+        if runs.eval_active(run_dir) or runs.eval_launcher_alive(run_dir):
+            raise RunnerError(f"Run '{run_dir.name}' is already being evaluated: its progress shows below. "
+                              "Stop it to start again.")
+        if not (run_dir / "merged" / "config.json").exists():
+            state = runs.read_status(run_dir).get("state")
+            raise RunnerError(f"Run '{run_dir.name}' has no merged model to evaluate (it is {state}). Evaluate a "
+                              "finished or stopped run that was started with merge_at_end on.")
+        _launch_eval(run_dir, eval_command(run_dir, limit))
+    return run_dir
+
+
+def _launch_eval(run_dir: Path, cmd: list[str]) -> subprocess.Popen:
+    # "queued" (a fresh status file) is written before the process exists, so it can't overwrite "running".
+    runs.write_eval_status(run_dir, "queued", writer="launcher", queued_at=time.time(), command=cmd)
+    try:
+        with open(run_dir / "eval.log", "wb") as log:  # each evaluation starts a fresh log
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, env=launch_env(1))
+    except OSError as exc:
+        (run_dir / runs.EVAL_STATUS_FILE).unlink(missing_ok=True)  # nothing was started
+        raise RunnerError(f"Could not start the evaluation: {exc}") from exc
+    runs.write_json_atomic(run_dir / runs.EVAL_LAUNCHER_FILE,
+                           {"pid": proc.pid, "create_time": runs.process_create_time(proc.pid)})
+    threading.Thread(target=proc.wait, daemon=True).start()  # reaped when it exits: no zombie
+    return proc
+
+
+def stop_eval(run_dir: Path, grace_s: float = 0.0) -> bool:
+    """Ask a run's evaluation to stop (SIGTERM to its process group); it marks itself stopped. Returns
+    False when there was nothing to stop."""
+    run_dir = Path(run_dir)
+    status = runs.read_eval_status(run_dir) or {}
+    if status.get("state") not in runs.ACTIVE_STATES:
+        return False
+    info = runs.read_json(run_dir / runs.EVAL_LAUNCHER_FILE) or {}
+    pid = info.get("pid") if runs.eval_launcher_alive(run_dir) else status.get("pid")
+    try:
+        os.killpg(os.getpgid(int(pid)), signal.SIGTERM)
+    except (ProcessLookupError, PermissionError, TypeError, ValueError):
+        return False
+    if grace_s:
+        deadline = time.time() + grace_s
+        while time.time() < deadline and (runs.eval_active(run_dir) or runs.eval_launcher_alive(run_dir)):
             time.sleep(0.2)
     return True

@@ -1,15 +1,38 @@
 """Run directories on disk: where they live, their status, and reading back what a trainer wrote.
 
-A run directory is the only thing the trainer and the UI share:
-    config.json   the RunConfig (written once, atomically)
-    status.json   queued/running/finished/failed/stopped + pid, times, error (atomic rewrite)
-    metrics.jsonl one JSON line per optimizer step (append-only)
-    groups.jsonl  per step: each prompt's G completions, rewards, totals, advantages (append-only)
-    evals.jsonl   per probe step: greedy answers to held-out prompts and their scores (append-only)
-    train.log     the trainer's log
-    checkpoint-N/ resumable checkpoints; `.complete` marks one that finished saving
-    adapter/      LoRA adapter;  merged/  base + LoRA merged, ready to chat
-No torch or gradio import here.
+A run directory is the only thing the trainer, the evaluator and the UI share. Who writes each file,
+and when (the one place this is decided; every state write goes through `write_state`):
+
+    file               writer                          what                              when
+    config.json        runner.start_run                the RunConfig                     once, at creation; never
+                       (headless: the trainer)         (headless: the default)           rewritten (overrides go
+                                                                                         to launches.jsonl)
+    launches.jsonl     trainer, rank 0                 one line per trainer start:       each start and resume, once
+                                                       time, resume, from_step,          the effective config is
+                                                       overrides (e.g. --steps)          valid (append-only)
+    launcher.json      runner (launcher)               pid + create time of the          right after each launch
+                                                       trainer or torchrun
+    status.json        runner (launcher)               queued                            before the trainer exists
+                       trainer, rank 0                 running (+ pid, device, step)     at start, then each step
+                       trainer, rank 0                 finished / stopped                after the adapter is saved
+                       trainer, any rank               failed / stopped (interrupted)    when it ends badly
+    eval_launcher.json runner.start_eval               pid + create time                 right after the launch
+    eval_status.json   runner.start_eval               queued (a fresh file)             before the evaluator exists
+                       evaluator (pipeline.evaluate)   running + progress done/total,    at start, then per batch
+                                                       ETA; done / failed / stopped      when it ends
+    eval.json          evaluator                       base vs tuned result              when done
+    eval.log           evaluator (stdout + stderr)     its log                           while it runs
+    metrics.jsonl      trainer, rank 0                 one JSON line per optimizer step (append-only)
+    groups.jsonl       trainer, rank 0                 per step: each prompt's G completions, rewards, totals,
+                                                       advantages (append-only)
+    evals.jsonl        trainer, rank 0                 per probe step: greedy answers to held-out prompts
+    train.log          trainer                         the trainer's log
+    checkpoint-N/      trainer                         resumable checkpoints; `.complete` marks a finished save
+    adapter/, merged/  trainer, rank 0                 LoRA adapter; base + LoRA merged, ready to chat
+
+Readers (`read_status`, `read_eval_status`) never write: a writer that died without saying so reads
+as failed. Each writer may write only its own states (`STATE_WRITERS`); a launch never overwrites
+a live process's "running". No torch or gradio import here.
 """
 
 from __future__ import annotations
@@ -30,6 +53,18 @@ QUEUED_GRACE_S = 120  # a launch that wrote "queued" but no launcher record by t
 ACTIVE_STATES = ("queued", "running")
 CHECKPOINT_MARKER = ".complete"
 LAUNCHER_FILE = "launcher.json"  # pid of the process the app started (torchrun or the trainer itself)
+STATUS_FILE = "status.json"
+LAUNCHES_FILE = "launches.jsonl"
+EVAL_STATUS_FILE = "eval_status.json"
+EVAL_LAUNCHER_FILE = "eval_launcher.json"
+EVAL_STATES = ("queued", "running", "done", "failed", "stopped")
+# Who may write which state to which file (see the table in the module docstring).
+STATE_WRITERS: dict[tuple[str, str], tuple[str, ...]] = {
+    (STATUS_FILE, "launcher"): ("queued",),
+    (STATUS_FILE, "trainer"): ("running", "finished", "stopped", "failed"),
+    (EVAL_STATUS_FILE, "launcher"): ("queued",),
+    (EVAL_STATUS_FILE, "evaluator"): ("running", "done", "failed", "stopped"),
+}
 
 
 # ---- locations ---------------------------------------------------------------------------------
@@ -212,12 +247,22 @@ def process_create_time(pid: int) -> float | None:
         return None
 
 
-def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
-    """Update status.json (merging with what is there) atomically."""
-    if state not in STATES:
-        raise ValueError(f"state must be one of {STATES}")
-    path = Path(run_dir) / "status.json"
+def write_state(run_dir: str | Path, name: str, writer: str, state: str, fresh: bool = False,
+                **fields: Any) -> dict:
+    """The one way a state file (status.json, eval_status.json) is written: merged with what is there
+    (or `fresh`: replacing it), atomically, by a writer that owns `state` (STATE_WRITERS).
+
+    A launch ("queued") never overwrites a process that says it is running and is still alive."""
+    allowed = STATE_WRITERS.get((name, writer))
+    if allowed is None or state not in allowed:
+        raise ValueError(f"The {writer} does not write state {state!r} to {name}; see the table in pipeline/runs.py.")
+    path = Path(run_dir) / name
     current = _read_json(path) or {}
+    if state == "queued" and current.get("state") == "running" and _process_alive(
+            current.get("pid"), current.get("pid_create_time")):
+        raise RuntimeError(f"{name}: pid {current.get('pid')} is still running; a new launch must wait for it.")
+    if fresh:
+        current = {}
     current.update(fields)
     current["state"] = state
     current["updated_at"] = time.time()
@@ -225,6 +270,15 @@ def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
         current.setdefault("ended_at", time.time())
     write_json_atomic(path, current)
     return current
+
+
+def write_status(run_dir: str | Path, state: str, writer: str | None = None, **fields: Any) -> dict:
+    """Update status.json (merging with what is there) atomically. `writer` defaults to the state's
+    owner: the launcher writes "queued", the trainer every other state."""
+    if state not in STATES:
+        raise ValueError(f"state must be one of {STATES}")
+    writer = writer or ("launcher" if state == "queued" else "trainer")
+    return write_state(run_dir, STATUS_FILE, writer, state, **fields)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -295,17 +349,7 @@ def read_status(run_dir: str | Path) -> dict:
         # A folder with a config that no trainer ever started (a template, a copied run): not active.
         exists = (run_dir / "config.json").exists()
         return {"state": "new"} if exists else {"state": "failed", "error": "This run folder has no config.json."}
-    state = status.get("state")
-    if state == "running":
-        alive = _process_alive(status.get("pid"), status.get("pid_create_time"))
-    elif state == "queued" and launcher(run_dir):
-        info = launcher(run_dir) or {}
-        alive = _process_alive(info.get("pid"), info.get("create_time"))
-    elif state == "queued":
-        alive = time.time() - float(status.get("queued_at") or 0) < QUEUED_GRACE_S
-    else:
-        alive = True
-    if not alive:
+    if not _writer_alive(status, launcher(run_dir)):
         status = dict(status)
         status["state"] = "failed"
         status["error"] = status.get("error") or (
@@ -314,6 +358,90 @@ def read_status(run_dir: str | Path) -> dict:
         )
         status["crashed"] = True
     return status
+
+
+def _writer_alive(status: dict, launcher_info: dict | None) -> bool:
+    """Whether an active state file still has a live writer: "running" names its process, "queued" its
+    launcher's (or is young enough that the launcher record may still come). Other states: True."""
+    state = status.get("state")
+    if state == "running":
+        return _process_alive(status.get("pid"), status.get("pid_create_time"))
+    if state == "queued" and launcher_info:
+        return _process_alive(launcher_info.get("pid"), launcher_info.get("create_time"))
+    if state == "queued":
+        return time.time() - float(status.get("queued_at") or 0) < QUEUED_GRACE_S
+    return True
+
+
+# ---- evaluation jobs ---------------------------------------------------------------------------
+
+
+def write_eval_status(run_dir: str | Path, state: str, writer: str = "evaluator", **fields: Any) -> dict:
+    """Update eval_status.json (see the table above). The launcher's "queued" starts a fresh file."""
+    return write_state(run_dir, EVAL_STATUS_FILE, writer, state, fresh=state == "queued", **fields)
+
+
+def read_eval_status(run_dir: str | Path) -> dict | None:
+    """eval_status.json (None when the run was never evaluated), corrected for an evaluator that died
+    without saying so."""
+    run_dir = Path(run_dir)
+    status = _read_json(run_dir / EVAL_STATUS_FILE)
+    if status is None:
+        if (run_dir / EVAL_STATUS_FILE).exists():
+            return {"state": "failed", "error": file_problem(run_dir / EVAL_STATUS_FILE)}
+        return None
+    if not _writer_alive(status, _read_json(run_dir / EVAL_LAUNCHER_FILE)):
+        status = {**status, "state": "failed", "crashed": True,
+                  "error": status.get("error") or "The evaluation process exited without reporting (killed, or "
+                                                  "out of memory). See eval.log; press Evaluate to run it again."}
+    return status
+
+
+def eval_active(run_dir: str | Path) -> bool:
+    return (read_eval_status(run_dir) or {}).get("state") in ACTIVE_STATES
+
+
+def eval_launcher_alive(run_dir: str | Path) -> bool:
+    info = _read_json(Path(run_dir) / EVAL_LAUNCHER_FILE) or {}
+    return _process_alive(info.get("pid"), info.get("create_time"))
+
+
+# ---- launches and the effective config ------------------------------------------------------------
+
+
+def read_launches(run_dir: str | Path) -> list[dict]:
+    """launches.jsonl: one line per trainer start (fresh or resume), oldest first."""
+    return read_jsonl(Path(run_dir) / LAUNCHES_FILE)
+
+
+def record_launch(run_dir: str | Path, resume: bool, from_step: int, overrides: dict, argv: list[str]) -> dict:
+    """Append this trainer start to the run's history (the trainer's rank 0 calls it)."""
+    row = {"time": time.time(), "resume": bool(resume), "from_step": int(from_step), "overrides": dict(overrides),
+           "argv": list(argv)}
+    append_jsonl(Path(run_dir) / LAUNCHES_FILE, row)
+    return row
+
+
+def apply_overrides(config: dict, launches: list[dict]) -> dict:
+    """config.json's settings with each launch's overrides applied in order (a later one wins).
+
+    >>> apply_overrides({"max_steps": 4, "seed": 1}, [{"overrides": {"max_steps": 5}}, {"overrides": {"max_steps": 6}}])
+    {'max_steps': 6, 'seed': 1}
+    """
+    out = dict(config)
+    for launch in launches:
+        overrides = launch.get("overrides")
+        if isinstance(overrides, dict):
+            out.update(overrides)
+    return out
+
+
+def effective_config(run_dir: str | Path) -> dict:
+    """The settings the run trains with: config.json plus the overrides in launches.jsonl ({} when
+    config.json can't be read)."""
+    run_dir = Path(run_dir)
+    cfg = _read_json(run_dir / "config.json")
+    return apply_overrides(cfg, read_launches(run_dir)) if cfg else {}
 
 
 def log_tail(run_dir: str | Path, lines: int = 40, name: str = "train.log") -> str:
@@ -434,7 +562,7 @@ def iter_run_dirs() -> Iterator[Path]:
 def run_summary(run_dir: str | Path) -> dict:
     """One row of the runs list."""
     run_dir = Path(run_dir)
-    cfg = _read_json(run_dir / "config.json") or {}
+    cfg = effective_config(run_dir)
     status = read_status(run_dir)
     problems = run_problems(run_dir, active=status.get("state") in ACTIVE_STATES)
     if problems and (status.get("state") != DAMAGED) and not cfg:
@@ -478,4 +606,6 @@ def delete_run(run_dir: str | Path) -> None:
         raise ValueError("Only run directories under the data directory's runs/ can be deleted.")
     if read_status(run_dir).get("state") in ACTIVE_STATES:
         raise ValueError("This run is still training: stop it first.")
+    if eval_active(run_dir):
+        raise ValueError("This run is being evaluated: wait for the evaluation or stop it first.")
     shutil.rmtree(run_dir)

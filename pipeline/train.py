@@ -3,8 +3,10 @@
     python -m pipeline.train --run-dir DIR [--steps N] [--resume] [--allow-custom-rewards]
     torchrun --nproc_per_node 2 -m pipeline.train --run-dir DIR
 
-Reads DIR/config.json (writing the default quick CPU config when it is absent) and writes
-status.json, metrics.jsonl, groups.jsonl, train.log, checkpoints, adapter/ and merged/ into DIR.
+Reads DIR/config.json (writing the default quick CPU config once when it is absent; it is never
+rewritten) and writes status.json, launches.jsonl, metrics.jsonl, groups.jsonl, train.log,
+checkpoints, adapter/ and merged/ into DIR. `--steps` is an override: it is recorded in launches.jsonl
+with the start's time and step, and holds for later resumes until another override replaces it.
 SIGTERM stops after the current step, saves a checkpoint and the adapter, and marks the run stopped.
 """
 
@@ -350,18 +352,20 @@ def default_config() -> RunConfig:
     return RunConfig()
 
 
-def load_or_create_config(run_dir: Path, steps: int | None) -> RunConfig:
+def load_or_create_config(run_dir: Path, steps: int | None) -> tuple[RunConfig, dict]:
+    """The effective config (config.json + the overrides recorded in launches.jsonl + this start's) and
+    this start's overrides. config.json is written here only when absent (a headless first start)."""
     path = run_dir / "config.json"
     if path.exists():
         cfg = RunConfig.load(path)
     else:
         cfg = default_config()
         log.info("No config.json in %s: writing the default quick CPU config.", run_dir)
-    if steps:
-        cfg.max_steps = steps
-    if is_main_rank():
-        runs.write_json_atomic(path, cfg.to_dict())
-    return cfg
+        if is_main_rank():
+            runs.write_json_atomic(path, cfg.to_dict())
+    overrides = {"max_steps": steps} if steps else {}
+    effective = runs.apply_overrides(cfg.to_dict(), [*runs.read_launches(run_dir), {"overrides": overrides}])
+    return RunConfig.from_dict(effective), overrides
 
 
 def remove_incomplete_checkpoints(run_dir: Path) -> None:
@@ -397,9 +401,12 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
     """Train one run. Returns the final state: finished, stopped or failed."""
     stop_event = stop_event or threading.Event()
     main = is_main_rank()
-    cfg = load_or_create_config(run_dir, steps)
+    cfg, overrides = load_or_create_config(run_dir, steps)
     cfg.validate(allow_custom_rewards=allow_custom_rewards)
     if main:
+        # Recorded only once valid, so a bad override (--steps -1) never sticks to later resumes.
+        start = runs.last_complete_checkpoint(run_dir) if resume else None
+        runs.record_launch(run_dir, resume, runs.checkpoint_step(start) if start else 0, overrides, sys.argv)
         runs.write_status(run_dir, "running", pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()),
                           started_at=time.time(), ended_at=None, error=None, step=0, max_steps=cfg.max_steps,
                           command=sys.argv)

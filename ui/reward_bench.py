@@ -7,6 +7,7 @@ import gradio as gr
 
 from pipeline.advantages import group_advantages
 from pipeline.config import BUNDLED_MODEL_ID, ConfigError
+from pipeline.generate import ModelCache
 from pipeline.models import catalog_choices
 from pipeline.reward_check import needs_isolation, score_isolated
 from pipeline.rewards import build_rewards, score
@@ -71,23 +72,29 @@ def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw:
         return None, f"❌ {exc}"
 
 
-def sample_group(model_id: str, prompt: str, g: float, temperature: float, max_tokens: float,
-                 progress=gr.Progress()):
-    from pipeline.generate import generate_batch
-    from pipeline.models import load_model
+def make_sampler(cache: ModelCache):
+    """The "Sample G completions" handler. Its model comes from the app's one ModelCache (shared with
+    Chat and RAG, under its load lock), so at most two models are in memory across the whole app."""
 
-    try:
-        progress(0.1, desc="Loading the model")
-        model, tok = load_model(model_id or BUNDLED_MODEL_ID)
-        progress(0.4, desc=f"Sampling {int(g)} completions")
-        texts = generate_batch(model, tok, [[{"role": "user", "content": prompt}]] * int(g),
-                               max_new_tokens=int(max_tokens), temperature=max(float(temperature), 0.05))
-        return f"\n{SEPARATOR}\n".join(t.strip() or "(empty)" for t in texts), ""
-    except Exception as exc:  # noqa: BLE001
-        return gr.skip(), f"❌ {exc}"
+    def sample_group(model_id: str, prompt: str, g: float, temperature: float, max_tokens: float,
+                     progress=gr.Progress()):
+        from pipeline.generate import generate_batch
+
+        try:
+            progress(0.1, desc="Loading the model (or reusing the one Chat has loaded)")
+            model, tok = cache.get(model_id or BUNDLED_MODEL_ID)
+            progress(0.4, desc=f"Sampling {int(g)} completions")
+            texts = generate_batch(model, tok, [[{"role": "user", "content": prompt}]] * int(g),
+                                   max_new_tokens=int(max_tokens), temperature=max(float(temperature), 0.05))
+            return f"\n{SEPARATOR}\n".join(t.strip() or "(empty)" for t in texts), ""
+        except Exception as exc:  # noqa: BLE001
+            return gr.skip(), f"❌ {exc}"
+
+    return sample_group
 
 
-def build(allow_custom: bool = False) -> None:
+def build(cache: ModelCache, allow_custom: bool = False) -> None:
+    """Add the Reward test bench tab; `cache` is the app's model cache (shared with Chat and RAG)."""
     with gr.Tab("Reward test bench", id="bench"):
         gr.Markdown("Try rewards on a group before spending compute. Each completion gets its per-reward "
                     "scores and weighted total; the advantages are computed exactly as TRL's GRPOTrainer does.")
@@ -121,5 +128,6 @@ def build(allow_custom: bool = False) -> None:
 
         score_btn.click(score_with_flag, [rewards, prompt, candidates, answer, raw, scale], [table, summary],
                         api_name="score_candidates")
-        sample_btn.click(sample_group, [model, prompt, g, temperature, max_tokens], [candidates, summary],
-                         concurrency_id="model", concurrency_limit=1)
+        # The same queue as Chat's replies: both generate with the cache's models.
+        sample_btn.click(make_sampler(cache), [model, prompt, g, temperature, max_tokens], [candidates, summary],
+                         concurrency_id="chat", concurrency_limit=2, api_name="sample_group")

@@ -8,8 +8,6 @@ import dataclasses
 import functools
 import json
 import shutil
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -202,11 +200,13 @@ def plot(frame, x_lim: list[int]) -> gr.LinePlot:
 
 
 def run_config(path: Path) -> RunConfig | None:
-    """The run's config.json through RunConfig.load; None when it is missing or damaged (the progress header
-    names the damage, see runs.run_problems, and the rest of the live view still shows)."""
+    """The settings the run trains with (config.json plus recorded --steps overrides) as a RunConfig; None when
+    config.json is missing or damaged (the progress header names the damage, see runs.run_problems, and the
+    rest of the live view still shows)."""
     try:
-        return RunConfig.load(path / "config.json")
-    except (OSError, ValueError):  # ValueError covers ConfigError, bad JSON and undecodable bytes
+        settings = runs.effective_config(path)  # {} when config.json is missing or unreadable
+        return RunConfig.from_dict(settings) if settings else None
+    except (OSError, ValueError, TypeError):  # ValueError covers ConfigError; TypeError a field of the wrong shape
         return None
 
 
@@ -240,7 +240,7 @@ def _refresh_run(path: Path, run_name: str, group_step, last_sig) -> dict[str, A
     sig = (run_name, len(metrics), len(evals), status.get("state"), group_step, log_size)
     if sig == last_sig:
         return {}
-    cfg = run_config(path)  # damaged: the header says so, the rest still shows
+    cfg = run_config(path)  # with --steps overrides; None when damaged: the header says so, the rest shows
     max_steps = cfg.max_steps if cfg else None
     groups = runs.read_groups(path)
     steps = [g["step"] for g in groups]
@@ -316,16 +316,30 @@ def resume_training(name: str | None, allow_custom: bool):
     return gr.Dropdown(value=name), f"▶ Resuming **{name}** from its last complete checkpoint."
 
 
-def evaluate_run(name: str | None, progress=gr.Progress()):
+def evaluate_run(name: str | None):
+    """Start the run's evaluation (base vs tuned) as a runner job and return at once; the Runs panel's
+    evaluation view follows it through the timer."""
     path = run_path(name)
     if path is None:
         return "Pick a finished run to evaluate."
-    progress(0.1, desc="Generating with the base and the tuned model on held-out prompts")
-    proc = subprocess.run([sys.executable, "-m", "pipeline.evaluate", "--run-dir", str(path), "--limit", "16"],
-                          cwd=runner.ROOT, capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0:
-        return f"❌ {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'evaluation failed'}"
-    result = json.loads((path / "eval.json").read_text())
+    try:
+        runner.start_eval(path)
+    except (RuntimeError, OSError) as exc:  # RunnerError says why; a full disk or a racing launch too
+        return f"❌ {exc}"
+    return (f"▶ Evaluating **{name}** on up to {runner.EVAL_LIMIT} held-out prompts (greedy, base then tuned); "
+            "progress shows below.")
+
+
+def stop_evaluation(name: str | None):
+    path = run_path(name)
+    evaluated = [path] if path is not None and runs.eval_active(path) else runner.active_evals()
+    if not evaluated:
+        return "No evaluation is running."
+    runner.stop_eval(evaluated[0])
+    return f"⏹ Stop requested for the evaluation of **{evaluated[0].name}**."
+
+
+def eval_result_markdown(name: str, result: dict) -> str:
     lines = [f"**{name}** on {result['n']} held-out prompts (greedy):", "",
              "| | mean total | " + " | ".join(result["base"]["rewards"]) + " |",
              "|---|---|" + "---|" * len(result["base"]["rewards"])]
@@ -334,7 +348,45 @@ def evaluate_run(name: str | None, progress=gr.Progress()):
         lines.append(f"| {side} | {r['reward_mean']:.3f} | " + " | ".join(
             "-" if v is None else f"{v:.3f}" for v in r["rewards"].values()) + " |")
     lines.append(f"\nDelta (tuned - base): **{result['delta']:+.3f}**")
+    if result.get("gap_closed") is not None:
+        lines.append(f" · gap closed: **{result['gap_closed']:.1%}**")
     return "\n".join(lines)
+
+
+def eval_view(name: str | None, last_sig=None):
+    """Timer tick: the evaluation of the Runs panel's run (or, when it has none, one running elsewhere),
+    read from eval_status.json and eval.json. Returns (markdown or gr.skip(), signature)."""
+    path = run_path(name)
+    status = runs.read_eval_status(path) if path is not None else None
+    if status is None and (active := runner.active_evals()):
+        path, status = active[0], runs.read_eval_status(active[0])
+    result_file = path / "eval.json" if path is not None else None
+    mtime = result_file.stat().st_mtime_ns if result_file is not None and result_file.exists() else None
+    state = (status or {}).get("state")
+    sig = (path.name if path else None, state, (status or {}).get("done"), (status or {}).get("phase"), mtime)
+    if sig == last_sig:
+        return gr.skip(), last_sig
+    if path is None or (status is None and mtime is None):
+        return "", sig
+    label = f"**{path.name}**"
+    if state == "queued":
+        return f"⏳ Evaluation of {label}: starting...", sig
+    if state == "running":
+        done, total = status.get("done") or 0, status.get("total")
+        eta = status.get("eta_s")
+        count = f" · {done}/{total} answers" if total else ""
+        eta_text = f" · about {views._fmt_seconds(eta)} left" if eta is not None else ""
+        return f"⏳ Evaluating {label}: {status.get('phase') or 'starting'}{count}{eta_text}", sig
+    if state == "failed":
+        return f"❌ Evaluation of {label} failed: {status.get('error') or 'see eval.log in the run folder'}", sig
+    if state == "stopped":
+        done = f"{status.get('done') or 0}/{status.get('total') or '?'}"
+        return f"⏹ Evaluation of {label} was stopped ({done} answers).", sig
+    try:
+        result = json.loads(result_file.read_text())
+        return eval_result_markdown(path.name, result), sig
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"❌ {label}'s eval.json can't be read ({exc}): press Evaluate to run it again.", sig
 
 
 def delete_run(name: str | None, confirmed: bool):
@@ -458,11 +510,13 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
                     action_run = gr.Dropdown(label="Run", choices=[])
                     with gr.Row():
                         resume_btn = gr.Button("Resume")
-                        eval_btn = gr.Button("Evaluate base vs tuned")
+                        eval_btn = gr.Button("Evaluate base vs tuned", elem_id="eval-btn")
+                        eval_stop_btn = gr.Button("Stop evaluation", size="sm", elem_id="eval-stop-btn")
                     with gr.Row():
                         confirm = gr.Checkbox(label="Yes, delete it", value=False)
                         delete_btn = gr.Button("Delete", variant="stop")
                     action_msg = gr.Markdown()
+                    eval_box = gr.Markdown(elem_id="eval-status")
 
         # The form by name (RunConfig / DatasetSpec field names), in form_keys order, which is also the order
         # the API takes: handlers get it as keyword arguments and ui.form.form_to_config turns it into a config.
@@ -517,7 +571,13 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
         compare.change(compare_runs, compare, compare_plot)
         resume_btn.click(resume_training, [action_run, allow], [run_select, action_msg]).then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
-        eval_btn.click(evaluate_run, action_run, action_msg, concurrency_id="model", concurrency_limit=1)
+        # The evaluation is a runner job: the click returns at once, the 1 s timer shows its progress and result.
+        eval_sig = gr.State(None)
+        eval_btn.click(evaluate_run, action_run, action_msg, api_name="evaluate_run").then(
+            eval_view, [action_run], [eval_box, eval_sig], show_progress="hidden")
+        eval_stop_btn.click(stop_evaluation, action_run, action_msg, api_name="stop_evaluation")
+        timer.tick(eval_view, [action_run, eval_sig], [eval_box, eval_sig], show_progress="hidden",
+                   api_name="eval_view")
         delete_btn.click(delete_run, [action_run, confirm], [action_msg, confirm]).then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
         gr.Timer(5.0).tick(runs_table, None, table, show_progress="hidden")

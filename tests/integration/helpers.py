@@ -27,6 +27,23 @@ def make_run(label: str, **overrides) -> Path:
     return run_dir
 
 
+def evaluable_run(label: str, bundled_model_dir, held_out: int | None = None) -> Path:
+    """A finished run whose "tuned" model is the bundled base itself (a link): what the job does with
+    the two models is the same, without a training first. Kept short: 8 completion tokens, the cheap
+    rewards (no embedder), and `held_out` prompts when given (the trainer's eval_prompts.json)."""
+    from pipeline.data import load_dataset_split
+
+    run_dir = runs.new_run_dir(label)
+    cfg = RunConfig(**{**QUICK, "max_completion_length": 8})
+    cfg.rewards = [r for r in cfg.rewards if r.name != "post_similarity"]
+    runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    if held_out:
+        runs.write_json_atomic(run_dir / "eval_prompts.json", load_dataset_split(cfg.dataset, cfg.seed)[1][:held_out])
+    runs.write_status(run_dir, "finished", started_at=1.0, ended_at=2.0)
+    (run_dir / "merged").symlink_to(bundled_model_dir, target_is_directory=True)
+    return run_dir
+
+
 def train_cmd(run_dir: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "pipeline.train", "--run-dir", str(run_dir), *extra]
 

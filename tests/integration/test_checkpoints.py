@@ -54,3 +54,22 @@ def test_keep_checkpoints_keeps_the_newest_complete_ones_and_a_kill_after_rotati
     assert "Resuming from checkpoint-4" in (run_dir / "train.log").read_text()
     assert [r["step"] for r in runs.read_metrics(run_dir)][-1] == 6
     assert steps_on_disk(run_dir, complete_only=False) == steps_on_disk(run_dir) == [5, 6]
+
+
+def test_a_resume_with_steps_keeps_config_json_and_records_the_override(bundled_model_dir):
+    run_dir = make_run("override", max_steps=1, save_steps=1)
+    written = (run_dir / "config.json").read_bytes()
+    proc = run(run_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (run_dir / "config.json").read_bytes() == written  # a start does not rewrite it
+
+    proc = run(run_dir, "--resume", "--steps", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # config.json still holds what the run was created with; the override is in the run's history.
+    assert (run_dir / "config.json").read_bytes() == written
+    assert [(r["resume"], r["from_step"], r["overrides"]) for r in runs.read_launches(run_dir)] == [
+        (False, 0, {}), (True, 1, {"max_steps": 2})]
+    st = status(run_dir)
+    assert st["state"] == "finished" and st["max_steps"] == 2
+    assert [r["step"] for r in runs.read_metrics(run_dir)] == [1, 2]
+    assert runs.run_summary(run_dir)["max_steps"] == 2  # the runs list shows the steps it trained to

@@ -1,0 +1,103 @@
+"""Long jobs on the bundled model, through the launched app's public API: the evaluation is a runner job
+the Runs panel follows, and the reward bench samples through the app's one model cache."""
+
+import pytest
+
+from pipeline import runs
+from pipeline.config import BUNDLED_MODEL_ID
+
+from .helpers import evaluable_run, serve_app, value_of, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def app(bundled_model_dir):
+    from gradio_client import Client
+
+    demo, url = serve_app()
+    yield demo, Client(url, verbose=False)
+    demo.close()
+
+
+def offer_runs(client) -> None:
+    """What a page load does: the Runs panel's dropdown offers the runs on disk."""
+    client.predict(None, api_name="/refresh_runs")
+
+
+def view(client, name: str) -> str:
+    out = client.predict(name, api_name="/eval_view")
+    return str(value_of(out[0] if isinstance(out, (list, tuple)) else out) or "")
+
+
+def test_evaluate_returns_at_once_and_the_runs_panel_follows_the_job(app, bundled_model_dir):
+    _, client = app
+    run_dir = evaluable_run("eval-job", bundled_model_dir, held_out=3)
+    offer_runs(client)
+    message = client.predict(run_dir.name, api_name="/evaluate_run")
+    assert "Evaluating" in str(value_of(message)), message
+    # The handler has returned while the job is still under way: it started a process, it did not wait.
+    assert runs.read_eval_status(run_dir)["state"] in ("queued", "running")
+    assert not (run_dir / "eval.json").exists()
+
+    seen = []
+
+    def finished():
+        text = view(client, run_dir.name)
+        seen.append(text)
+        return "Delta (tuned - base)" in text
+
+    wait_for(finished, 600, "the evaluation's result in the Runs panel")
+    assert any("Evaluating" in t and "answers" in t for t in seen), seen  # progress was shown on the way
+    result = runs.read_json(run_dir / "eval.json")
+    status = runs.read_eval_status(run_dir)
+    assert status["state"] == "done" and status["done"] == status["total"] == 2 * result["n"]
+    assert result["n"] == len(result["samples"]) == 3
+    # The "tuned" model is the base model: greedy answers, and so every total, are the same.
+    assert result["base"]["totals"] == result["tuned"]["totals"] and result["delta"] == pytest.approx(0)
+    assert "Evaluation failed" not in (run_dir / "eval.log").read_text()
+    # A page reload (a fresh view with no signature) finds the result again on disk.
+    assert "Delta (tuned - base)" in view(client, run_dir.name)
+
+
+def test_stop_ends_the_evaluation_and_says_so(app, bundled_model_dir):
+    _, client = app
+    run_dir = evaluable_run("eval-stop", bundled_model_dir)
+    offer_runs(client)
+    client.predict(run_dir.name, api_name="/evaluate_run")
+    wait_for(lambda: runs.read_eval_status(run_dir)["state"] == "running", 120, "the evaluator to start")
+    assert "Stop requested" in str(value_of(client.predict(run_dir.name, api_name="/stop_evaluation")))
+    wait_for(lambda: runs.read_eval_status(run_dir)["state"] != "running", 60, "the evaluation to stop")
+    status = runs.read_eval_status(run_dir)
+    assert status["state"] == "stopped" and not status.get("crashed"), status
+    wait_for(lambda: not runs.eval_launcher_alive(run_dir), 30, "the evaluator process to exit")
+    assert not (run_dir / "eval.json").exists()
+    assert "was stopped" in view(client, run_dir.name)
+
+
+def _caches():
+    from pipeline.generate import _CACHES
+
+    return list(_CACHES)
+
+
+def test_reward_bench_samples_with_the_model_chat_uses(app):
+    demo, client = app
+    # One queue for every model generation in the app: the bench's sampling waits with Chat's replies.
+    fns = demo.fns.values() if isinstance(demo.fns, dict) else demo.fns
+    ids = {f.name: f.concurrency_id for f in fns if f.name in ("sample_group", "respond")}
+    assert ids["sample_group"] == ids["respond"], ids
+
+    before = {id(c): (c.loads, c.keys()) for c in _caches()}
+    text, summary = client.predict(BUNDLED_MODEL_ID, "Say hello.", 3, 1.0, 6, api_name="/sample_group")
+    assert str(summary) == "" and str(text).count("\n---\n") == 2, (text, summary)
+    grown = [c for c in _caches() if BUNDLED_MODEL_ID in c.keys() and BUNDLED_MODEL_ID not in before.get(id(c), (0, []))[1]]
+    assert len(grown) == 1, "the sampled model must be loaded into the app's model cache"
+    cache = grown[0]
+    loads = cache.loads
+    client.predict(BUNDLED_MODEL_ID, "Say hello again.", 2, 1.0, 6, api_name="/sample_group")
+    # Chat with the same model: no second copy anywhere in the app.
+    job = client.submit("Hi", [], [], BUNDLED_MODEL_ID, BUNDLED_MODEL_ID, False, "", 8, 0.0, 1.0, api_name="/respond")
+    job.result()
+    assert cache.loads == loads and cache.keys().count(BUNDLED_MODEL_ID) == 1
+    assert sum(c.loads for c in _caches()) - sum(v[0] for v in before.values()) == 1
