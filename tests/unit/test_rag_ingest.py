@@ -167,3 +167,48 @@ def test_cancelled_summary_says_how_to_resume():
     report = UpsertReport(inserted=8, unchanged=2, embedded=8, to_embed=30, rows=10, cancelled=True)
     assert "Cancelled after writing 8 of the 30" in report.summary()
     assert "skipped without being embedded again" in report.summary()
+
+
+# ---- the RAG tab's upload handler: Cancel stops this session's upload, not another's ----------------
+
+class FakeRequest:
+    def __init__(self, session_hash: str):
+        self.session_hash = session_hash
+
+
+def test_cancel_button_stops_only_its_own_sessions_upload(model, tmp_path, monkeypatch):
+    from ui import rag as rag_ui
+
+    monkeypatch.setattr(store_mod, "EMBED_BATCH", 4)
+    in_second_batch, release = threading.Event(), threading.Event()
+    encode = model.encode
+
+    def gated_encode(texts, **kwargs):
+        if texts and texts[0].startswith("Plot") and model.calls >= 2:  # 'f','o','o' probe, batch 1, then here
+            in_second_batch.set()
+            release.wait(30)
+        return encode(texts, **kwargs)
+
+    monkeypatch.setattr(model, "encode", gated_encode)
+    csv = tmp_path / "films.csv"
+    csv.write_text("Title,Release Year,Plot,Genre\n" + "".join(
+        f"Film {i},{1950 + i},Plot {i}: {'a long night ' * (i % 7 + 1)},Drama\n" for i in range(20)))
+    store = MovieStore(tmp_path / "db", table_name="t")
+    _, receive_upload, add_upload, _, _, cancel_ingest = rag_ui.make_table_handlers(store)
+    stored, message, *_ = receive_upload(str(csv))
+    assert stored and "4 columns" in message
+
+    mine, theirs = FakeRequest("mine"), FakeRequest("theirs")
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(out=add_upload(
+        stored, "test/counting", "Title", "Release Year", "Plot", "Genre", "", "", request=mine)))
+    worker.start()
+    assert in_second_batch.wait(30)
+    assert cancel_ingest(theirs) == "Nothing is being added from this page."
+    assert cancel_ingest(mine).startswith("Cancelling")
+    release.set()
+    worker.join(30)
+    text = result["out"][0]
+    assert text.startswith("⏹ Upload: Cancelled after writing 8 of the 20"), text
+    assert store.table().count_rows() == 8
+    assert cancel_ingest(mine) == "Nothing is being added from this page."  # the job is over
