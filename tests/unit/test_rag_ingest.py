@@ -212,3 +212,16 @@ def test_cancel_button_stops_only_its_own_sessions_upload(model, tmp_path, monke
     assert text.startswith("⏹ Upload: Cancelled after writing 8 of the 20"), text
     assert store.table().count_rows() == 8
     assert cancel_ingest(mine) == "Nothing is being added from this page."  # the job is over
+
+
+def test_the_ann_index_is_built_only_above_the_threshold(model, tmp_path, monkeypatch):
+    monkeypatch.setattr(store_mod, "ANN_MIN_ROWS", 300)
+    store = MovieStore(tmp_path / "db", table_name="t")
+    store.upsert(films(200), embedder="test/counting")
+    assert not store_mod.has_vector_index(store.table())  # small: brute force, exact
+    store.upsert(films(150, start=1000))
+    assert store_mod.has_vector_index(store.table())
+    f = SearchFilters.parse(year_min=1960, year_max=1980, genres=["Horror"], top_k=5,
+                            known_genres=store.info().genres)
+    hits = search(store.table(), "a long night", f)
+    assert len(hits) == 5 and all(1960 <= h.release_year <= 1980 and h.genre == "Horror" for h in hits)
