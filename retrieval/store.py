@@ -298,6 +298,7 @@ def ensure_vector_index(table, min_rows: int | None = None) -> bool:
     return True
 
 
+class MovieStore:
     """One LanceDB table of movie plots. The app creates one and shares it between sessions; writes are
     serialised, reads run freely (LanceDB readers see a consistent version)."""
 
