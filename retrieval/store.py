@@ -94,9 +94,10 @@ class QueryVectorCache:
     be lost on every reopen.
 
     >>> cache = QueryVectorCache(2)
-    >>> cache.put(("m", True, "a"), [1.0]); cache.put(("m", True, "b"), [2.0]); cache.get(("m", True, "a"))
+    >>> _ = cache.put(("m", True, "a"), [1.0]), cache.put(("m", True, "b"), [2.0])
+    >>> cache.get(("m", True, "a"))
     (1.0,)
-    >>> cache.put(("m", True, "c"), [3.0]); cache.get(("m", True, "b")) is None  # least recently used goes
+    >>> _ = cache.put(("m", True, "c"), [3.0]); cache.get(("m", True, "b")) is None  # least recently used goes
     True
     """
 
@@ -112,12 +113,14 @@ class QueryVectorCache:
                 self._items.move_to_end(key)
             return vector
 
-    def put(self, key, vector) -> None:
+    def put(self, key, vector) -> tuple:
+        stored = tuple(float(x) for x in vector)  # immutable: callers can't alter a cached vector
         with self._lock:
-            self._items[key] = tuple(float(x) for x in vector)  # immutable: callers can't alter a cached vector
+            self._items[key] = stored
             self._items.move_to_end(key)
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
+        return stored
 
     def clear(self) -> None:
         with self._lock:
@@ -148,9 +151,7 @@ class StudioSentenceTransformer(SentenceTransformerEmbeddings):
         key = (self.name, self.normalize, query)
         vector = query_vectors.get(key)
         if vector is None:
-            vector = super().compute_query_embeddings(query, *args, **kwargs)[0]
-            query_vectors.put(key, vector)
-            vector = query_vectors.get(key)
+            vector = query_vectors.put(key, super().compute_query_embeddings(query, *args, **kwargs)[0])
         return [list(vector)]
 
 
@@ -216,7 +217,8 @@ def _duration(seconds: float) -> str:
         return f"{max(1, round(seconds))} s"
     if seconds < 90 * 60:
         return f"{round(seconds / 60)} min"
-    return f"{int(seconds // 3600)} h {round(seconds % 3600 / 60):02d} min"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours} h {minutes:02d} min"
 
 
 def eta_text(embedded: int, to_embed: int, seconds: float) -> str:
