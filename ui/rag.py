@@ -17,7 +17,7 @@ from pipeline.generate import ModelCache, chat_choices, generation_error_message
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
 from retrieval.search import MAX_TOP_K, Hit, SearchError, SearchFilters, search
-from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError
+from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError, UpsertReport
 from ui.chat import default_choice
 
 UPLOAD_TYPES = [".csv", ".tsv", ".jsonl"]
@@ -154,13 +154,61 @@ def table_state(store: MovieStore):
             gr.Textbox(value=info.embedder or BUNDLED_EMBEDDER))
 
 
+def _finished(report, what: str) -> str:
+    """The message after an ingest: done, or cancelled with how to resume."""
+    if report.cancelled:
+        return f"⏹ {what}: {report.summary()}"
+    return f"✓ {what}: {report.summary()}"
+
+
+class IngestJobs:
+    """The Cancel flag of each session's running ingest (writes are queued one at a time, so a session has
+    at most one). Keyed by the Gradio session, so Cancel in one browser never stops another's upload."""
+
+    def __init__(self):
+        self._flags: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(request) -> str:
+        return getattr(request, "session_hash", None) or "local"
+
+    def start(self, request) -> threading.Event:
+        flag = threading.Event()
+        with self._lock:
+            self._flags[self._key(request)] = flag
+        return flag
+
+    def finish(self, request, flag: threading.Event) -> None:
+        with self._lock:
+            if self._flags.get(self._key(request)) is flag:
+                del self._flags[self._key(request)]
+
+    def cancel(self, request) -> bool:
+        with self._lock:
+            flag = self._flags.get(self._key(request))
+        if flag is None:
+            return False
+        flag.set()
+        return True
+
+
 def make_table_handlers(store: MovieStore):
-    def build_bundled(embedder, progress=gr.Progress()):
+    jobs = IngestJobs()
+
+    def ingest(movies, embedder, progress, request) -> UpsertReport:
+        flag = jobs.start(request)
         try:
-            report = store.upsert(movie_data.load_bundled(), embedder=embedder, progress=_progress_fn(progress))
+            return store.upsert(movies, embedder=embedder, progress=_progress_fn(progress), cancel=flag)
+        finally:
+            jobs.finish(request, flag)
+
+    def build_bundled(embedder, request: gr.Request = None, progress=gr.Progress()):
+        try:
+            report = ingest(movie_data.load_bundled(), embedder, progress, request)
         except (StoreError, movie_data.MovieDataError) as exc:
             return (f"⚠️ {exc}", *table_state(store))
-        return (f"✓ Bundled films: {report.summary()}", *table_state(store))
+        return (_finished(report, "Bundled films"), *table_state(store))
 
     def receive_upload(file_path):
         """Copy the upload under the data directory (kept server-side) and offer its columns."""
@@ -185,29 +233,33 @@ def make_table_handlers(store: MovieStore):
         return ({"path": str(dest), "name": src.name},
                 f"{src.name}: {len(columns)} columns. Check the mapping, then add the films.", *drops)
 
-    def add_upload(stored, embedder, *mapping_values, progress=gr.Progress()):
+    # One parameter per MAP_FIELDS entry, in its order: Gradio injects request and progress only into
+    # parameters before any *args (with `*mapping_values` the upload showed no progress at all).
+    def add_upload(stored, embedder, title_col, year_col, plot_col, genre_col, director_col, id_col,
+                   request: gr.Request = None, progress=gr.Progress()):
         if not stored:
             return ("Upload a CSV first.", *table_state(store))
-        mapping = {field: (value or None) for (field, _), value in zip(MAP_FIELDS, mapping_values)}
+        columns = (title_col, year_col, plot_col, genre_col, director_col, id_col)
+        mapping = {field: (value or None) for (field, _), value in zip(MAP_FIELDS, columns, strict=True)}
         try:
             movies, problems = movie_data.read_movies_file(stored["path"], mapping, skip_bad=True,
                                                            display_name=stored["name"])
-            report = store.upsert(movies, embedder=embedder, progress=_progress_fn(progress))
+            report = ingest(movies, embedder, progress, request)
         except (StoreError, movie_data.MovieDataError) as exc:
             return (f"⚠️ {exc}", *table_state(store))
         note = ""
         if problems:
             note = f"\n\n{len(problems)} row{'s' if len(problems) > 1 else ''} skipped, e.g. {problems[0]}"
-        return (f"✓ Upload: {report.summary()}{note}", *table_state(store))
+        return (_finished(report, "Upload") + note, *table_state(store))
 
-    def add_wiki(max_rows, embedder, progress=gr.Progress()):
+    def add_wiki(max_rows, embedder, request: gr.Request = None, progress=gr.Progress()):
         try:
             progress(0, desc="Downloading the Wikipedia movie-plots CSV")
             movies, problems = movie_data.read_wiki_plots(int(max_rows or 2000))
-            report = store.upsert(movies, embedder=embedder, progress=_progress_fn(progress))
+            report = ingest(movies, embedder, progress, request)
         except Exception as exc:  # noqa: BLE001 - offline, hub errors, parse errors: all shown, app keeps serving
             return (f"⚠️ {exc}", *table_state(store))
-        return (f"✓ Wikipedia plots: {report.summary()} ({len(problems)} rows skipped)", *table_state(store))
+        return (_finished(report, "Wikipedia plots") + f" ({len(problems)} rows skipped)", *table_state(store))
 
     def rebuild(embedder, progress=gr.Progress()):
         try:
@@ -220,7 +272,13 @@ def make_table_handlers(store: MovieStore):
         return (f"✓ Re-embedded every film with {embedder or BUNDLED_EMBEDDER}: {report.summary()}",
                 *table_state(store))
 
-    return build_bundled, receive_upload, add_upload, add_wiki, rebuild
+    def cancel_ingest(request: gr.Request = None):
+        if jobs.cancel(request):
+            return ("Cancelling: the batch being embedded is finished and written first (a few seconds), so the "
+                    "table only holds whole batches. Add the same films again later to resume.")
+        return "Nothing is being added from this page."
+
+    return build_bundled, receive_upload, add_upload, add_wiki, rebuild, cancel_ingest
 
 
 # ---- layout ------------------------------------------------------------------------------------
@@ -228,7 +286,7 @@ def make_table_handlers(store: MovieStore):
 
 def build(cache: ModelCache, store: MovieStore):
     do_search, do_answer = make_handlers(store, cache)
-    build_bundled, receive_upload, add_upload, add_wiki, rebuild = make_table_handlers(store)
+    build_bundled, receive_upload, add_upload, add_wiki, rebuild, cancel_ingest = make_table_handlers(store)
     with gr.Tab("RAG", id="rag"):
         gr.Markdown("Find films whose plots match an idea, filtered by release year and genre *before* the vector "
                     "search, then let a model answer from the films it found.")
@@ -282,7 +340,9 @@ def build(cache: ModelCache, store: MovieStore):
             stored = gr.State(None)
             with gr.Row():
                 mapping = [gr.Dropdown(label=label, choices=[], allow_custom_value=False) for _, label in MAP_FIELDS]
-            add_btn = gr.Button("Add these films")
+            with gr.Row():
+                add_btn = gr.Button("Add these films", scale=3)
+                cancel_btn = gr.Button("Cancel adding", elem_id="rag-cancel-ingest", scale=1, min_width=80)
             with gr.Row():
                 wiki_rows = gr.Number(label="Wikipedia plots: rows to read", value=2000, precision=0, minimum=1,
                                       maximum=40000)
@@ -303,6 +363,8 @@ def build(cache: ModelCache, store: MovieStore):
     upload.upload(receive_upload, upload, [stored, table_msg, *mapping])
     add_btn.click(add_upload, [stored, embedder, *mapping], table_outputs, **write)
     wiki_btn.click(add_wiki, [wiki_rows, embedder], table_outputs, **write)
+    # Not in the write queue: it must run while an ingest holds that queue. The ingest ends itself.
+    cancel_btn.click(cancel_ingest, None, table_msg, concurrency_id="rag_cancel", concurrency_limit=None)
     rebuild_btn.click(rebuild, embedder, table_outputs, **write)
 
     def load(choice):
