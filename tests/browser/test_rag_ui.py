@@ -90,3 +90,28 @@ def test_upload_own_films_then_find_one(page, app_url, tmp_path):
     page.locator("#rag-search").click()
     first = page.locator("#rag-results-table tr").nth(1)
     expect(first).to_contain_text("Paper Moons", timeout=120_000)
+
+
+def test_big_upload_shows_time_left_and_cancel_keeps_whole_batches(page, app_url, tmp_path):
+    # 600 films = batches of 256, 256 and 88. The time left appears once the first batch is embedded, i.e.
+    # while the second one is; Cancel then lets that batch finish and stops before the third.
+    films = tmp_path / "many_films.csv"
+    lines = ["Title,Release Year,Plot,Genre"]
+    for i in range(600):
+        lines.append(f"Harbour Story {i},{1950 + i % 70},A ferry pilot numbered {i} keeps a lighthouse log; "
+                     f"storm {i} tests the crew and a letter from {i % 17} old friends arrives late.,Drama")
+    films.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    page.goto(app_url)
+    page.get_by_role("tab", name="RAG").click()
+    page.locator("span:has-text('Movie table')").last.click()
+    with page.expect_file_chooser() as chooser:
+        page.get_by_text("Click to Upload").click()
+    chooser.value.set_files(str(films))
+    expect(page.get_by_text("many_films.csv: 4 columns")).to_be_visible(timeout=60_000)
+    page.get_by_role("button", name="Add these films").click()
+    expect(page.get_by_text(re.compile(r"embedded · \d+ plots/s · about .+ left")).first).to_be_visible(
+        timeout=400_000)
+    page.screenshot(path=str(ARTIFACTS / "rag-04-upload-eta.png"), full_page=True)
+    page.locator("#rag-cancel-ingest").click()
+    expect(page.get_by_text("Cancelled after writing 512 of the 600")).to_be_visible(timeout=400_000)
+    page.screenshot(path=str(ARTIFACTS / "rag-05-upload-cancelled.png"), full_page=True)
