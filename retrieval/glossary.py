@@ -45,8 +45,9 @@ _PATTERNS = [(re.compile(r"(?<!\w)(?:" + "|".join(re.escape(p) for p in sorted(p
 def expand(query: str) -> tuple[str, list[str]]:
     """The query with the plot-side words of every craft term it uses appended, and those added words.
 
-    >>> expand("the protagonist turns out to be the bad guy")[1]
-    ['hero', 'himself', 'herself', 'villain', 'killer', 'killings', 'murderer', 'murders', 'twist', 'reveals', 'revealed', 'truth', 'actually']
+    >>> " ".join(expand("the protagonist turns out to be the bad guy")[1])
+    'hero himself herself villain killer killings murderer murders twist reveals revealed truth actually'
+
     >>> expand("a shark terrorises a beach town")
     ('a shark terrorises a beach town', [])
     """

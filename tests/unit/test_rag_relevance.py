@@ -61,7 +61,8 @@ def test_scores_count_any_expected_film_and_reciprocal_rank(bench):
     case = bench.Case("q", (("A", 1), ("B", 2)))
     assert bench.rank_of(case, [("C", 3), ("B", 2), ("A", 1)]) == 2
     assert bench.rank_of(case, [("C", 3)]) is None
-    assert bench.scores([1, 2, None, 6]) == {"recall@1": 0.25, "recall@5": 0.5, "mrr": pytest.approx((1 + 0.5 + 1 / 6) / 4)}
+    assert bench.scores([1, 2, None, 6]) == {"recall@1": 0.25, "recall@5": 0.5,
+                                             "mrr": pytest.approx((1 + 0.5 + 1 / 6) / 4)}
 
 
 def test_every_bundled_plot_splits_into_bounded_sentences():
@@ -83,7 +84,8 @@ def test_fusion_and_blend_order():
 
 def test_glossary_widens_craft_terms_only():
     text, added = expand("the protagonist turns out to be the bad guy")
-    assert text.startswith("the protagonist turns out to be the bad guy ") and {"villain", "killer", "twist"} <= set(added)
+    assert text.startswith("the protagonist turns out to be the bad guy ")
+    assert {"villain", "killer", "twist"} <= set(added)
     assert expand("A man discovers that the friend who helped him was his own invention")[1][:2] == [
         "imaginary", "hallucination"]
     assert expand("a shark terrorises a beach town")[1] == []
