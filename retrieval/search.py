@@ -4,15 +4,31 @@ LanceDB expression with `col`/`lit`; no user text is ever pasted into a SQL stri
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from retrieval.movies import FIELDS, YEAR_RANGE, Movie
 
 MAX_TOP_K = 50
 MAX_QUERY_CHARS = 2000
-MODES = ("vector", "hybrid")
+# vector: the whole plot's embedding. hybrid: vector + full-text keywords, fused by reciprocal rank.
+# chunks: the plot's embedding blended with its best sentence's (retrieval/chunks.py).
+# chunks+keywords: chunks fused with keywords, the keywords widened by the storytelling glossary
+# (retrieval/glossary.py). bench/rag_relevance.py measures each; the README's RAG relevance table says why
+# the tab defaults to one.
+MODES = ("vector", "hybrid", "chunks", "chunks+keywords")
+DEFAULT_MODE = "chunks+keywords"
 RESULT_COLUMNS = list(FIELDS)
 ANN_EF = 64  # recall@10 vs brute force ~0.95 at 50k films (default ef: ~0.80), for a few ms more
+# Selecting the score columns by name adopts LanceDB's future behaviour (no scoring autoprojection), which
+# is what stops its "specified output columns but did not include `_distance`" warning on every search.
+VECTOR_COLUMNS = RESULT_COLUMNS + ["_distance"]
+FTS_COLUMNS = RESULT_COLUMNS + ["_score"]
+# Reciprocal-rank fusion constant. LanceDB's default is 60; on bench/rag_relevance.jsonl k = 5 was best for
+# both fused modes (--sweep: 5, 20, 60, 100), since a film ranked first by one leg should beat films that
+# both legs rank middling. Tuned on the same 57 queries it is reported on (README, RAG relevance).
+RRF_K = 5
+CHUNK_WEIGHT = 0.5    # chunks mode: score = (1 - w) * plot cosine + w * best sentence cosine
+CANDIDATES = 40       # films each leg of a fused search fetches (at least 4 x top-k)
 
 
 class SearchError(ValueError):
@@ -115,7 +131,8 @@ class SearchFilters:
 class Hit(Movie):
     """A film found by a search, with how close it is to the query."""
 
-    distance: float = 0.0    # cosine distance (vector mode; smaller is closer) or fused relevance (hybrid)
+    # cosine distance (vector; chunks: 1 - the blended cosine; smaller is closer) or fused relevance (hybrid)
+    distance: float = 0.0
     metric: str = "distance"
 
     @property
@@ -136,29 +153,137 @@ def ensure_fts_index(table) -> None:
     """A full-text index on the plots, for hybrid search (built once; cheap on the bundled table)."""
     if not any(getattr(ix, "columns", None) == ["plot"] and "FTS" in str(getattr(ix, "index_type", "")).upper()
                for ix in table.list_indices()):
-        table.create_fts_index("plot", replace=True)
+        from lancedb.index import FTS
+
+        table.create_index("plot", config=FTS(), replace=True)
 
 
-def build_query(table, query: str, filters: SearchFilters, mode: str = "vector"):
-    """The LanceDB query the app runs (also what bench/rag.py times)."""
-    if mode == "hybrid":
-        ensure_fts_index(table)
-        builder = table.search(query, query_type="hybrid")
-    else:
-        # ef: HNSW candidates per query when the store built an ANN index (big tables); no effect otherwise.
-        builder = table.search(query, query_type="vector").distance_type("cosine").ef(ANN_EF)
+def query_vector(table, query: str):
+    """The query embedded by the table's own embedder (the one its schema declares)."""
+    return table.embedding_functions["vector"].function.compute_query_embeddings(query)[0]
+
+
+def build_query(table, query, filters: SearchFilters, columns: list[str] | None = None):
+    """The prefiltered cosine vector query the app runs (also what bench/rag.py times). `query` is the text
+    or its vector."""
+    # ef: HNSW candidates per query when the store built an ANN index (big tables); no effect otherwise.
+    builder = table.search(query, query_type="vector").distance_type("cosine").ef(ANN_EF)
     expr = filters.to_expr()
     if expr is not None:
         builder = builder.where(expr, prefilter=True)
-    return builder.limit(filters.top_k).select(RESULT_COLUMNS)
+    return builder.limit(filters.top_k).select(columns or VECTOR_COLUMNS)
 
 
-def search(table, query: str, filters: SearchFilters, mode: str = "vector") -> list[Hit]:
-    """The films closest to `query` among those the filters allow, nearest first."""
+def keyword_rows(table, query: str, filters: SearchFilters, limit: int) -> list[dict]:
+    """Full-text (BM25) search of the plots, prefiltered. The text is matched as plain words
+    (`MatchQuery`): quotes, AND/OR and brackets in a query are never query syntax."""
+    from lancedb.query import MatchQuery
+
+    ensure_fts_index(table)
+    builder = table.search(MatchQuery(query, "plot"), query_type="fts")
+    expr = filters.to_expr()
+    if expr is not None:
+        builder = builder.where(expr, prefilter=True)
+    return builder.limit(limit).select(FTS_COLUMNS).to_list()
+
+
+def rrf_fuse(rankings: list[list[int]], k: int = RRF_K) -> list[tuple[int, float]]:
+    """Reciprocal-rank fusion: each list adds 1 / (k + rank) to an id's score; best first.
+
+    >>> rrf_fuse([[7, 3, 5], [3, 9]], k=60)[:2]
+    [(3, 0.03252247488101534), (7, 0.01639344262295082)]
+    """
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(ranking, 1):
+            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
+    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def blend(plot_sims: dict[int, float], chunk_sims: dict[int, float], weight: float = CHUNK_WEIGHT
+          ) -> list[tuple[int, float]]:
+    """Chunks mode's film score, best first: (1 - weight) * plot cosine + weight * best chunk cosine.
+    A film needs both; a film whose plot has no chunk row yet counts its plot cosine for both.
+
+    >>> blend({1: 0.30, 2: 0.50}, {1: 0.70, 2: 0.40})
+    [(1, 0.5), (2, 0.45)]
+    """
+    scored = {fid: (1 - weight) * sim + weight * chunk_sims.get(fid, sim) for fid, sim in plot_sims.items()}
+    return sorted(((f, round(v, 12)) for f, v in scored.items()), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _hit(row: dict, distance: float, metric: str) -> Hit:
+    return Hit(**{f: row[f] for f in FIELDS}, distance=float(distance), metric=metric)
+
+
+def _fused(table, text: str, filters: SearchFilters, dense: list[Hit], keywords: str, k: int) -> list[Hit]:
+    """`dense` (best first) and a keyword search for `keywords`, fused by reciprocal rank."""
+    pool = max(CANDIDATES, 4 * filters.top_k)
+    sparse = keyword_rows(table, keywords, filters, pool)
+    hits = {h.id: h for h in dense}
+    rows = {r["id"]: r for r in sparse}
+    fused = rrf_fuse([[h.id for h in dense], [r["id"] for r in sparse]], k)
+    return [replace(hits[fid], distance=score, metric="relevance") if fid in hits else
+            _hit(rows[fid], score, "relevance") for fid, score in fused[:filters.top_k]]
+
+
+def _wide(filters: SearchFilters) -> SearchFilters:
+    """The same filters with the candidate pool a fused search draws from."""
+    return SearchFilters(filters.year_min, filters.year_max, filters.genres, max(CANDIDATES, 4 * filters.top_k))
+
+
+def _chunked(table, text: str, filters: SearchFilters, chunks, weight: float = CHUNK_WEIGHT) -> list[Hit]:
+    from lancedb.expr import col, lit
+
+    from retrieval.chunks import MAX_CHUNKS_PER_FILM
+
+    if chunks is None:
+        raise SearchError("Chunks mode needs the plot-chunk index; pick Vector or Hybrid.")
+    chunks.sync()
+    vector = query_vector(table, text)
+    # A fused search already asks for a wide top-k; twice that is enough candidates for its dense leg.
+    pool = max(CANDIDATES, 2 * filters.top_k)
+    expr = filters.to_expr()
+    wide = SearchFilters(filters.year_min, filters.year_max, filters.genres, pool)
+    # Candidates from both sides: the films whose whole plot is close, and those with a close sentence.
+    rows = {r["id"]: r for r in build_query(table, vector, wide).to_list()}
+    chunk_sims = chunks.best(vector, expr, limit=pool * 4)
+    extra = [fid for fid in chunk_sims if fid not in rows]
+    if extra:
+        only = col("id").isin([lit(int(f)) for f in extra])
+        builder = table.search(vector, query_type="vector").distance_type("cosine")
+        builder = builder.where(only if expr is None else expr & only, prefilter=True)
+        rows.update({r["id"]: r for r in builder.limit(len(extra)).select(VECTOR_COLUMNS).to_list()})
+    missing = [fid for fid in rows if fid not in chunk_sims]
+    if missing:  # every sentence of these films, to score them exactly
+        chunk_sims.update(chunks.best(vector, expr, limit=len(missing) * MAX_CHUNKS_PER_FILM, film_ids=missing))
+    plot_sims = {fid: 1.0 - float(r["_distance"]) for fid, r in rows.items()}
+    return [_hit(rows[fid], 1.0 - score, "distance") for fid, score in blend(plot_sims, chunk_sims, weight)
+            [:filters.top_k]]
+
+
+def _vector(table, text: str, filters: SearchFilters) -> list[Hit]:
+    return [_hit(r, r["_distance"], "distance") for r in build_query(table, text, filters).to_list()]
+
+
+def search(table, query: str, filters: SearchFilters, mode: str = "vector", chunks=None, *, rrf_k: int = RRF_K,
+           chunk_weight: float = CHUNK_WEIGHT, glossary: bool | None = None) -> list[Hit]:
+    """The films closest to `query` among those the filters allow, best first. `chunks` (a
+    retrieval.chunks.PlotChunks of the same store) is needed for the chunk modes. `rrf_k`, `chunk_weight`
+    and `glossary` (widen the keyword leg; on by default in chunks+keywords) are for the benchmark."""
     if mode not in MODES:
         raise SearchError(f"Search mode must be one of {', '.join(MODES)}.")
     text = check_query(query)
-    rows = build_query(table, text, filters, mode).to_list()
-    return [Hit(**{f: r[f] for f in FIELDS},
-                distance=float(r["_distance"] if "_distance" in r else r.get("_relevance_score") or 0.0),
-                metric="distance" if "_distance" in r else "relevance") for r in rows]
+    if mode == "vector":
+        return _vector(table, text, filters)
+    if mode == "chunks":
+        return _chunked(table, text, filters, chunks, chunk_weight)
+    from retrieval.glossary import expand
+
+    widen = (mode == "chunks+keywords") if glossary is None else glossary
+    keywords = expand(text)[0] if widen else text
+    if mode == "hybrid":
+        dense = _vector(table, text, _wide(filters))
+    else:
+        dense = _chunked(table, text, _wide(filters), chunks, chunk_weight)
+    return _fused(table, text, filters, dense, keywords, rrf_k)

@@ -16,11 +16,16 @@ from pipeline import runs
 from pipeline.generate import ModelCache, chat_choices, generation_error_message
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
-from retrieval.search import MAX_TOP_K, Hit, SearchError, SearchFilters, search
+from retrieval.chunks import PlotChunks
+from retrieval.glossary import expand
+from retrieval.search import DEFAULT_MODE, MAX_TOP_K, Hit, SearchError, SearchFilters, search
 from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError, UpsertReport
 from ui.chat import default_choice
 
 UPLOAD_TYPES = [".csv", ".tsv", ".jsonl"]
+# Search modes as the tab names them; the default is the best on bench/rag_relevance.py (README, RAG relevance).
+MODE_CHOICES = [("Sentences + keywords", "chunks+keywords"), ("Sentences (plot + best sentence)", "chunks"),
+                ("Hybrid (vector + keywords)", "hybrid"), ("Vector", "vector")]
 MAP_FIELDS = [("title", "Title"), ("release_year", "Release year"), ("plot", "Plot"), ("genre", "Genre"),
               ("director", "Director"), ("id", "Id")]
 EXAMPLES = [
@@ -78,19 +83,32 @@ def used_markdown(hits: list[Hit], used: list[int]) -> str:
 # ---- handlers ----------------------------------------------------------------------------------
 
 
-def make_handlers(store: MovieStore, cache: ModelCache):
-    def ensure_table(progress) -> None:
+def keywords_note(query, mode) -> str:
+    """What the storytelling glossary added to the keyword search, shown under the results."""
+    if mode != "chunks+keywords":
+        return ""
+    added = expand(" ".join(str(query or "").split()))[1]
+    return f"<div class='gs-formula'>Keywords also searched: {html.escape(' '.join(added))}</div>" if added else ""
+
+
+def make_handlers(store: MovieStore, cache: ModelCache, chunks: PlotChunks | None = None):
+    chunks = chunks or PlotChunks(store)
+
+    def ensure_table(progress, mode=None) -> None:
         if store.table() is None:
             report = store.upsert(movie_data.load_bundled(), progress=_progress_fn(progress))
             gr.Info(f"Built the movie table: {report.summary()}")
+        if mode in ("chunks", "chunks+keywords"):
+            # Sentences of films added since the last search are embedded once (nothing when none were).
+            chunks.sync(progress=_progress_fn(progress))
 
     def run_search(query, year_min, year_max, genres, top_k, mode, progress):
-        ensure_table(progress)
+        ensure_table(progress, mode)
         info = store.info()
         # A number box can't be blank in Gradio: 0 there means "no bound".
         year_min, year_max = (None if y in (0, "0", "") else y for y in (year_min, year_max))
         filters = SearchFilters.parse(year_min, year_max, genres, top_k, known_genres=info.genres)
-        return search(store.table(), query, filters, mode), filters
+        return search(store.table(), query, filters, mode, chunks=chunks), filters
 
     def do_search(query, year_min, year_max, genres, top_k, mode, progress=gr.Progress()):
         try:
@@ -98,7 +116,7 @@ def make_handlers(store: MovieStore, cache: ModelCache):
         except (SearchError, StoreError, movie_data.MovieDataError) as exc:
             return f"<div class='gs-error'>⚠️ {html.escape(str(exc))}</div>", gr.skip(), "", ""
         prompt = prompt_text(build_messages(" ".join(str(query).split()), hits))
-        return results_html(hits, filters), status_html(store.info()), "", prompt
+        return results_html(hits, filters) + keywords_note(query, mode), status_html(store.info()), "", prompt
 
     def do_answer(query, year_min, year_max, genres, top_k, mode, choice, max_tokens, temperature, penalty,
                   progress=gr.Progress()):
@@ -109,7 +127,8 @@ def make_handlers(store: MovieStore, cache: ModelCache):
             return
         text = " ".join(str(query).split())
         messages = build_messages(text, hits)
-        table = results_html(hits, filters)
+        note = keywords_note(query, mode)
+        table = results_html(hits, filters) + note
         status = status_html(store.info())
         if not hits:
             yield table, status, "Nothing to answer from: no film passed the filters.", "", prompt_text(messages)
@@ -129,7 +148,7 @@ def make_handlers(store: MovieStore, cache: ModelCache):
         finally:
             stop.set()  # Stop pressed or page closed: end generation
         used = films_used(answer, hits)
-        yield results_html(hits, filters, used), gr.skip(), answer, used_markdown(hits, used), gr.skip()
+        yield results_html(hits, filters, used) + note, gr.skip(), answer, used_markdown(hits, used), gr.skip()
 
     return do_search, do_answer
 
@@ -304,8 +323,7 @@ def build(cache: ModelCache, store: MovieStore):
                                           elem_id="rag-genres")
                 with gr.Row():
                     top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Top-k films")
-                    mode = gr.Radio([("Vector", "vector"), ("Hybrid (vector + keywords)", "hybrid")], value="vector",
-                                    label="Search")
+                    mode = gr.Radio(MODE_CHOICES, value=DEFAULT_MODE, label="Search", elem_id="rag-mode")
                 model = gr.Dropdown(label="Answering model", choices=chat_choices(), value=default_choice(),
                                     elem_id="rag-model")
                 with gr.Row():

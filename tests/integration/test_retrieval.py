@@ -4,7 +4,7 @@ idempotent upserts, embedder changes, hybrid search, answers from the bundled mo
 import pytest
 
 from retrieval import movies
-from retrieval.search import SearchError, SearchFilters, search
+from retrieval.search import DEFAULT_MODE, MODES, SearchError, SearchFilters, search
 from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError, bundled_embedder_dir
 
 pytestmark = pytest.mark.slow
@@ -142,3 +142,71 @@ def test_answer_streams_from_the_bundled_model(store, bundled_model_dir):
     pieces = list(stream_answer(model, tokenizer, query, hits, max_new_tokens=40))
     assert len(pieces) > 3 and pieces[-1].startswith(pieces[0]) and len(pieces[-1].split()) > 5
     assert all(1 <= n <= 3 for n in films_used(pieces[-1], hits))
+
+
+# ---- search modes (issue 14) and LanceDB's scoring-column warning (issue 13 item 10) -----------------
+
+@pytest.fixture(scope="module")
+def chunks(store):
+    from retrieval.chunks import PlotChunks
+
+    index = PlotChunks(store)
+    index.sync()
+    return index
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_keeps_the_prefilter_and_fills_top_k_from_inside_it(store, chunks, mode):
+    info = store.info()
+    for low, high, genres in ((None, 1989, []), (1990, 1999, ["Thriller", "Crime"]), (2015, None, ["Horror"])):
+        f = SearchFilters.parse(low, high, genres, top_k=8, known_genres=info.genres)
+        hits = search(store.table(), "the protagonist turns out to be the bad guy", f, mode, chunks=chunks)
+        inside = [m for m in movies.load_bundled() if (low is None or m.release_year >= low)
+                  and (high is None or m.release_year <= high) and (not genres or m.genre in genres)]
+        assert len(hits) == min(8, len(inside)), (mode, low, high, genres)
+        assert all((low is None or h.release_year >= low) and (high is None or h.release_year <= high)
+                   and (not genres or h.genre in genres) for h in hits), (mode, [h.label for h in hits])
+        assert len({h.id for h in hits}) == len(hits)  # a film found by several sentences appears once
+    # A window narrower than top-k gives every film in it, and nothing from outside.
+    f = SearchFilters.parse(1920, 1929, ["Comedy"], top_k=50, known_genres=info.genres)
+    hits = search(store.table(), "a spaceship crew fights an alien", f, mode, chunks=chunks)
+    expected = {m.id for m in movies.load_bundled() if 1920 <= m.release_year <= 1929 and m.genre == "Comedy"}
+    assert {h.id for h in hits} == expected
+
+
+def test_the_default_mode_finds_the_seeds_twist_query(store, chunks):
+    # Issue 14: capped at 1989, plain vector search returns Sherlock Jr., Full Metal Jacket, ... and no Angel Heart.
+    f = SearchFilters.parse(year_max=1989, top_k=5, known_genres=store.info().genres)
+    hits = search(store.table(), "the protagonist turns out to be the bad guy", f, DEFAULT_MODE, chunks=chunks)
+    assert "Angel Heart" in [h.title for h in hits], [h.label for h in hits]
+
+
+def test_chunk_index_follows_the_movie_table(tmp_path):
+    from retrieval.chunks import PlotChunks, split_plot
+
+    s = MovieStore(tmp_path / "db")
+    films = movies.load_bundled()[:12]
+    s.upsert(films)
+    index = PlotChunks(s)
+    assert index.sync() == 12 and index.sync() == 0  # nothing written since: nothing embedded
+    assert index.table().count_rows() == sum(len(split_plot(m.plot)) for m in films)
+    changed = movies.Movie(**{**films[0].as_row(), "plot": "A lighthouse keeper befriends a talking gull. "
+                                                            "The gull turns out to be his drowned brother."})
+    s.upsert([changed])
+    assert index.sync() == 1  # only the changed film is embedded again
+    rows = index.table().search().where(f"film_id = {changed.id}").select(["chunk"]).to_list()
+    assert sorted(r["chunk"] for r in rows) == sorted(split_plot(changed.plot))
+    hits = search(s.table(), "a seabird is really the keeper's dead brother", SearchFilters.parse(top_k=1), "chunks",
+                  chunks=index)
+    assert hits[0].title == films[0].title
+
+
+def test_no_scoring_column_warning_in_any_mode(store, chunks, capfd):
+    # LanceDB prints "search specified output columns but did not include `_distance`" (a Rust log line, on
+    # the process's stderr) when a query selects columns without its score column.
+    capfd.readouterr()
+    for mode in MODES:
+        search(store.table(), "a detective hunts a killer", SearchFilters.parse(year_max=1999, top_k=5), mode,
+               chunks=chunks)
+    err = capfd.readouterr().err
+    assert "did not include" not in err and "disable_scoring_autoprojection" not in err, err[-600:]
