@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from pipeline import runs
 from pipeline.config import RunConfig
@@ -209,16 +210,21 @@ def stop_run(run_dir: Path, grace_s: float = 0.0) -> bool:
         return False
     info = runs.launcher(run_dir) or {}
     pid = info.get("pid") if runs.launcher_alive(run_dir) else status.get("pid")
+    # Until the run says it stopped and its processes have exited (they write the status, then exit).
+    return _terminate_group(pid, grace_s, lambda: (runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES
+                                                   or runs.launcher_alive(run_dir)))
+
+
+def _terminate_group(pid, grace_s: float, still_going: Callable[[], bool]) -> bool:
+    """SIGTERM the process group of `pid`; with a grace period, wait until `still_going()` is False.
+    False when there was no such process to signal."""
     try:
         os.killpg(os.getpgid(int(pid)), signal.SIGTERM)
     except (ProcessLookupError, PermissionError, TypeError, ValueError):
         return False
-    if grace_s:
-        # Until the run says it stopped and its processes have exited (they write the status, then exit).
-        deadline = time.time() + grace_s
-        while time.time() < deadline and (runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES
-                                          or runs.launcher_alive(run_dir)):
-            time.sleep(0.2)
+    deadline = time.time() + grace_s
+    while grace_s and time.time() < deadline and still_going():
+        time.sleep(0.2)
     return True
 
 
@@ -282,12 +288,4 @@ def stop_eval(run_dir: Path, grace_s: float = 0.0) -> bool:
         return False
     info = runs.read_json(run_dir / runs.EVAL_LAUNCHER_FILE) or {}
     pid = info.get("pid") if runs.eval_launcher_alive(run_dir) else status.get("pid")
-    try:
-        os.killpg(os.getpgid(int(pid)), signal.SIGTERM)
-    except (ProcessLookupError, PermissionError, TypeError, ValueError):
-        return False
-    if grace_s:
-        deadline = time.time() + grace_s
-        while time.time() < deadline and (runs.eval_active(run_dir) or runs.eval_launcher_alive(run_dir)):
-            time.sleep(0.2)
-    return True
+    return _terminate_group(pid, grace_s, lambda: runs.eval_active(run_dir) or runs.eval_launcher_alive(run_dir))

@@ -27,7 +27,9 @@ from pathlib import Path
 
 from pipeline.config import ConfigError, RunConfig
 from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
-from pipeline.rewards import GuardedReward, RewardFunctionError, build_rewards, wait_for_reward_threads
+from pipeline.rewards import (
+    GuardedReward, RewardFunctionError, build_rewards, completion_text, wait_for_reward_threads,
+)
 from pipeline import engine, runs
 from pipeline.probes import make_probe_callbacks
 
@@ -146,7 +148,7 @@ def make_trainer_class():
                     scores = {n: _clean(per[n][i]) for n in names}
                     present = [scores[n] * self.studio_weights.get(n, 1.0) for n in names if scores[n] is not None]
                     items.append({
-                        "completion": _text(completions[i]),
+                        "completion": completion_text(completions[i]),
                         "rewards": scores,
                         "total": sum(present) if present else None,
                         "advantage": _clean(advantages[i]),
@@ -163,12 +165,6 @@ def _clean(value):
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
-
-
-def _text(completion) -> str:
-    from pipeline.rewards import completion_text
-
-    return completion_text(completion)
 
 
 def _prompt_text(prompt) -> str:
@@ -348,10 +344,6 @@ def grpo_args(cfg: RunConfig, run_dir: Path, device: str, precision: str):
     )
 
 
-def default_config() -> RunConfig:
-    return RunConfig()
-
-
 def load_or_create_config(run_dir: Path, steps: int | None) -> tuple[RunConfig, dict]:
     """The effective config (config.json + the overrides recorded in launches.jsonl + this start's) and
     this start's overrides. config.json is written here only when absent (a headless first start)."""
@@ -359,7 +351,7 @@ def load_or_create_config(run_dir: Path, steps: int | None) -> tuple[RunConfig, 
     if path.exists():
         cfg = RunConfig.load(path)
     else:
-        cfg = default_config()
+        cfg = RunConfig()
         log.info("No config.json in %s: writing the default quick CPU config.", run_dir)
         if is_main_rank():
             runs.write_json_atomic(path, cfg.to_dict())
@@ -396,29 +388,21 @@ def merge_adapter(model, tokenizer, out_dir: Path, base_path: str | None = None,
     os.replace(tmp, out_dir)
 
 
-def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
-                 allow_custom_rewards: bool = False, stop_event: threading.Event | None = None) -> str:
-    """Train one run. Returns the final state: finished, stopped or failed."""
-    stop_event = stop_event or threading.Event()
-    main = is_main_rank()
-    cfg, overrides = load_or_create_config(run_dir, steps)
-    cfg.validate(allow_custom_rewards=allow_custom_rewards)
-    if main:
-        # Recorded only once valid, so a bad override (--steps -1) never sticks to later resumes.
-        start = runs.last_complete_checkpoint(run_dir) if resume else None
-        runs.record_launch(run_dir, resume, runs.checkpoint_step(start) if start else 0, overrides, sys.argv)
-        runs.write_status(run_dir, "running", pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()),
-                          started_at=time.time(), ended_at=None, error=None, step=0, max_steps=cfg.max_steps,
-                          command=sys.argv)
+def record_start(run_dir: Path, cfg: RunConfig, resume: bool, overrides: dict) -> None:
+    """The launch record and the "running" status, written by rank 0 once the config is valid (so a bad
+    override such as --steps -1 never sticks to later resumes)."""
+    start = runs.last_complete_checkpoint(run_dir) if resume else None
+    runs.record_launch(run_dir, resume, runs.checkpoint_step(start) if start else 0, overrides, sys.argv)
+    runs.write_status(run_dir, "running", pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()),
+                      started_at=time.time(), ended_at=None, error=None, step=0, max_steps=cfg.max_steps,
+                      command=sys.argv)
 
+
+def set_up_runtime(cfg: RunConfig, run_dir: Path, main: bool) -> tuple[str, str]:
+    """Device, precision and threads for this process; refuses what this machine can't run."""
     import torch
-    from datasets import Dataset
-    from peft import LoraConfig
-    from transformers import AutoModelForCausalLM
 
-    from pipeline.models import (
-        count_prompt_tokens, load_tokenizer, pick_device, resolve_model, resolve_precision, runtime_problems,
-    )
+    from pipeline.models import pick_device, resolve_precision, runtime_problems
 
     device = pick_device()
     precision = resolve_precision(cfg.precision, device)
@@ -435,20 +419,33 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
     if main:  # the run header shows what was resolved, not the setting ("auto")
         runs.write_status(run_dir, "running", device=device, precision=precision,
                           world_size=int(os.environ.get("WORLD_SIZE", "1")))
+    return device, precision
 
-    path = resolve_model(cfg.model)
-    tokenizer = load_tokenizer(path)
+
+def load_prompts(cfg: RunConfig, tokenizer, run_dir: Path, main: bool) -> tuple[list[dict], list[dict]]:
+    """Training and held-out rows; every training prompt must fit the prompt budget. Rank 0 writes the
+    held-out prompts into the run folder (evaluation reads them later)."""
+    from pipeline.models import count_prompt_tokens
+
     train_rows, eval_rows = load_dataset_split(cfg.dataset, cfg.seed)
-
     check_prompt_budget(train_rows, lambda m: count_prompt_tokens(tokenizer, m), cfg.max_prompt_tokens,
                         cfg.dataset.source)
     log.info("%d training prompts, %d held out for evaluation", len(train_rows), len(eval_rows))
     if main:
         runs.write_json_atomic(run_dir / "eval_prompts.json", eval_rows)
+    return train_rows, eval_rows
 
-    guards, weights = build_rewards(cfg.rewards, policy=cfg.reward_errors, allow_custom=allow_custom_rewards,
-                                    on_warning=lambda msg: log.warning(msg), timeout_s=cfg.reward_timeout_s)
-    model = AutoModelForCausalLM.from_pretrained(path, **model_load_kwargs(cfg, precision, device))
+
+def build_trainer(cfg: RunConfig, run_dir: Path, model_path: str, tokenizer, device: str, precision: str,
+                  train_rows: list[dict], eval_rows: list[dict], guards: list[GuardedReward], weights: list[float],
+                  stop_event: threading.Event, allow_custom_rewards: bool):
+    """TRL's GRPOTrainer (our subclass, see make_trainer_class) on a LoRA of the base model, with the
+    studio's callback (metrics, groups, Stop, checkpoints) and the held-out probes."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, **model_load_kwargs(cfg, precision, device))
     targets = cfg.lora_target_modules.strip()
     lora = LoraConfig(
         task_type="CAUSAL_LM", r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
@@ -457,8 +454,7 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
     args = grpo_args(cfg, run_dir, device, precision)
     args.reward_weights = weights
     clock = StepClock()
-    trainer_cls = make_trainer_class()
-    trainer = trainer_cls(
+    trainer = make_trainer_class()(
         model=model,
         processing_class=tokenizer,
         reward_funcs=guards,
@@ -474,36 +470,82 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
     trainer.studio_fast = cfg.fast_engine and not cfg.load_in_4bit
     trainer.studio_run_dir = run_dir
     trainer.studio_weights = {g.__name__: w for g, w in zip(guards, weights)}
+    return trainer
 
-    checkpoint = None
-    if resume:
-        remove_incomplete_checkpoints(run_dir)
-        checkpoint = runs.last_complete_checkpoint(run_dir)
-        if checkpoint is None:
-            log.info("No complete checkpoint to resume from: starting from step 0.")
+
+def resume_point(run_dir: Path, resume: bool) -> Path | None:
+    """The newest complete checkpoint to resume from (half-written ones are removed first), or None."""
+    if not resume:
+        return None
+    remove_incomplete_checkpoints(run_dir)
+    checkpoint = runs.last_complete_checkpoint(run_dir)
+    if checkpoint is None:
+        log.info("No complete checkpoint to resume from: starting from step 0.")
+    else:
+        log.info("Resuming from %s", checkpoint.name)
+    return checkpoint
+
+
+def save_and_merge(trainer, tokenizer, cfg: RunConfig, run_dir: Path, model_path: str, precision: str,
+                   state: str) -> None:
+    """Rank 0: the adapter, the merged model for chat (when asked), and the final status."""
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    unwrapped.save_pretrained(run_dir / "adapter")
+    tokenizer.save_pretrained(run_dir / "adapter")
+    if cfg.merge_at_end:
+        log.info("Merging the adapter into the base model...")
+        if cfg.load_in_4bit:
+            merge_adapter(unwrapped, tokenizer, run_dir / "merged", base_path=model_path,
+                          dtype=model_load_kwargs(cfg, precision, "cpu")["dtype"])
         else:
-            log.info("Resuming from %s", checkpoint.name)
+            merge_adapter(unwrapped, tokenizer, run_dir / "merged")
+    metrics = runs.read_metrics(run_dir)
+    runs.write_status(run_dir, state, step=trainer.state.global_step, ended_at=time.time(),
+                      final_reward=metrics[-1].get("reward") if metrics else None)
+    log.info("Run %s: %s at step %d", run_dir.name, state, trainer.state.global_step)
+
+
+def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
+                 allow_custom_rewards: bool = False, stop_event: threading.Event | None = None) -> str:
+    """Train one run. Returns the final state: finished, stopped or failed."""
+    stop_event = stop_event or threading.Event()
+    main = is_main_rank()
+
+    # 1. Config: config.json plus recorded and new overrides, validated before anything is written.
+    cfg, overrides = load_or_create_config(run_dir, steps)
+    cfg.validate(allow_custom_rewards=allow_custom_rewards)
+    if main:
+        record_start(run_dir, cfg, resume, overrides)
+
+    # 2. Runtime: device, precision and threads (refused here if this machine can't do what was asked).
+    device, precision = set_up_runtime(cfg, run_dir, main)
+
+    # 3. Data: the tokenizer, the training prompts (within the prompt budget) and the held-out ones.
+    from pipeline.models import load_tokenizer, resolve_model
+
+    model_path = resolve_model(cfg.model)
+    tokenizer = load_tokenizer(model_path)
+    train_rows, eval_rows = load_prompts(cfg, tokenizer, run_dir, main)
+
+    # 4. Rewards: each one guarded (a failure names the reward and the sample; reward_errors decides).
+    guards, weights = build_rewards(cfg.rewards, policy=cfg.reward_errors, allow_custom=allow_custom_rewards,
+                                    on_warning=lambda msg: log.warning(msg), timeout_s=cfg.reward_timeout_s)
+
+    # 5. Model and trainer: LoRA on the base model inside TRL's GRPOTrainer, with our callbacks.
+    trainer = build_trainer(cfg, run_dir, model_path, tokenizer, device, precision, train_rows, eval_rows,
+                            guards, weights, stop_event, allow_custom_rewards)
+
+    # 6. Train, from the last complete checkpoint on a resume; a Stop before the first step skips it.
+    checkpoint = resume_point(run_dir, resume)
     if agree_to_stop(stop_event, trainer.args.device):
         log.info("Stop requested before training began.")
     else:
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
 
+    # 7. Save the adapter, merge it for chat, and write the final status (rank 0).
     state = "stopped" if stop_event.is_set() else "finished"
     if trainer.accelerator.is_main_process:
-        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-        unwrapped.save_pretrained(run_dir / "adapter")
-        tokenizer.save_pretrained(run_dir / "adapter")
-        if cfg.merge_at_end:
-            log.info("Merging the adapter into the base model...")
-            if cfg.load_in_4bit:
-                merge_adapter(unwrapped, tokenizer, run_dir / "merged", base_path=path,
-                              dtype=model_load_kwargs(cfg, precision, "cpu")["dtype"])
-            else:
-                merge_adapter(unwrapped, tokenizer, run_dir / "merged")
-        metrics = runs.read_metrics(run_dir)
-        runs.write_status(run_dir, state, step=trainer.state.global_step, ended_at=time.time(),
-                          final_reward=metrics[-1].get("reward") if metrics else None)
-        log.info("Run %s: %s at step %d", run_dir.name, state, trainer.state.global_step)
+        save_and_merge(trainer, tokenizer, cfg, run_dir, model_path, precision, state)
     return state
 
 
