@@ -17,6 +17,10 @@ MAX_QUERY_CHARS = 2000
 # the tab defaults to one.
 MODES = ("vector", "hybrid", "chunks", "chunks+keywords")
 DEFAULT_MODE = "chunks+keywords"
+# Above this many films the tab starts on plain vector search: the sentence table holds about four rows a film
+# and its first build costs about four times the upload's own embedding, and bench/rag.py's 50 ms p95 at
+# 50,000 films is the vector path (with its ANN index from retrieval.store.ANN_MIN_ROWS, the same size).
+SENTENCE_MODES_MAX_ROWS = 10_000
 RESULT_COLUMNS = list(FIELDS)
 ANN_EF = 64  # recall@10 vs brute force ~0.95 at 50k films (default ef: ~0.80), for a few ms more
 # Selecting the score columns by name adopts LanceDB's future behaviour (no scoring autoprojection), which
@@ -29,6 +33,15 @@ FTS_COLUMNS = RESULT_COLUMNS + ["_score"]
 RRF_K = 5
 CHUNK_WEIGHT = 0.5    # chunks mode: score = (1 - w) * plot cosine + w * best sentence cosine
 CANDIDATES = 40       # films each leg of a fused search fetches (at least 4 x top-k)
+
+
+def default_mode(rows: int) -> str:
+    """The mode the RAG tab starts on for a table of `rows` films.
+
+    >>> default_mode(330), default_mode(50_000)
+    ('chunks+keywords', 'vector')
+    """
+    return DEFAULT_MODE if rows <= SENTENCE_MODES_MAX_ROWS else "vector"
 
 
 class SearchError(ValueError):

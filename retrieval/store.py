@@ -14,9 +14,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
-from lancedb.embeddings import get_registry, register
-from lancedb.embeddings.sentence_transformers import SentenceTransformerEmbeddings
-
 from retrieval.movies import FIELDS, Movie
 
 BUNDLED_EMBEDDER = "bundled/all-MiniLM-L6-v2"
@@ -135,29 +132,16 @@ class QueryVectorCache:
 query_vectors = QueryVectorCache(QUERY_CACHE_SIZE)
 
 
-@register(REGISTRY_NAME)
-class StudioSentenceTransformer(SentenceTransformerEmbeddings):
-    """LanceDB's sentence-transformers embedder, with the bundled model addressed by a portable name
-    (the table's metadata stores 'bundled/all-MiniLM-L6-v2', not a site-packages path), a fast, clear
-    failure when a hub model can't be fetched, and a cache of query vectors (the query is most of a
-    warm search's time)."""
-
-    trust_remote_code: bool = False
-
-    def get_embedding_model(self):
-        return load_sentence_model(self.name)
-
-    def compute_query_embeddings(self, query, *args, **kwargs):
-        if not isinstance(query, str):  # a list of queries: not what the tab sends, computed as usual
-            return super().compute_query_embeddings(query, *args, **kwargs)
-        key = (self.name, self.normalize, query)
-        vector = query_vectors.get(key)
-        if vector is None:
-            vector = query_vectors.put(key, super().compute_query_embeddings(query, *args, **kwargs)[0])
-        return [list(vector)]
+def register_embedder() -> None:
+    """Make the studio's embedder known to LanceDB's registry (a table's schema names it). Done on first
+    use, not at import: importing lancedb costs seconds that the app's start-up does not pay."""
+    import retrieval.embedder  # noqa: F401 - registers StudioSentenceTransformer
 
 
 def embedding_function(name: str = BUNDLED_EMBEDDER):
+    from lancedb.embeddings import get_registry
+
+    register_embedder()
     name = (name or "").strip() or BUNDLED_EMBEDDER
     return get_registry().get(REGISTRY_NAME).create(name=name)
 
@@ -329,6 +313,8 @@ class MovieStore:
     def db(self):
         if self._db is None:
             import lancedb
+
+            register_embedder()  # before a table is opened: its schema names the embedder
 
             if "://" not in self.uri:
                 Path(self.uri).mkdir(parents=True, exist_ok=True)

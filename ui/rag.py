@@ -8,6 +8,7 @@ import html
 import shutil
 import threading
 import uuid
+from typing import Callable
 from pathlib import Path
 
 import gradio as gr
@@ -18,7 +19,7 @@ from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
 from retrieval.chunks import PlotChunks
 from retrieval.glossary import expand
-from retrieval.search import DEFAULT_MODE, MAX_TOP_K, Hit, SearchError, SearchFilters, search
+from retrieval.search import DEFAULT_MODE, MAX_TOP_K, Hit, SearchError, SearchFilters, default_mode, search
 from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError, UpsertReport
 from ui.chat import default_choice
 
@@ -160,11 +161,13 @@ def _progress_fn(progress):
     return report
 
 
+def bundled_genres() -> list[str]:
+    return sorted({m.genre for m in movie_data.load_bundled()})
+
+
 def genre_choices(info) -> list[str]:
     """The table's genres; before the first build, those of the bundled films it will be built from."""
-    if info.rows:
-        return info.genres
-    return sorted({m.genre for m in movie_data.load_bundled()})
+    return info.genres if info.rows else bundled_genres()
 
 
 def table_state(store: MovieStore):
@@ -303,13 +306,16 @@ def make_table_handlers(store: MovieStore):
 # ---- layout ------------------------------------------------------------------------------------
 
 
-def build(cache: ModelCache, store: MovieStore):
+def build(cache: ModelCache, store: MovieStore) -> tuple[Callable, list, list]:
+    """Add the RAG tab. Returns the page-load handler, its inputs and its outputs."""
     do_search, do_answer = make_handlers(store, cache)
     build_bundled, receive_upload, add_upload, add_wiki, rebuild, cancel_ingest = make_table_handlers(store)
     with gr.Tab("RAG", id="rag"):
         gr.Markdown("Find films whose plots match an idea, filtered by release year and genre *before* the vector "
                     "search, then let a model answer from the films it found.")
-        status = gr.HTML(status_html(store.info()), elem_id="rag-status")
+        # Nothing here opens the database: the page-load handler (load, below) fills the table's status,
+        # genres, embedder and starting mode, so the app starts without importing lancedb.
+        status = gr.HTML("<div class='gs-empty'>Reading the movie table…</div>", elem_id="rag-status")
         with gr.Row():
             with gr.Column(scale=2):
                 query = gr.Textbox(label="What should the films be about?", lines=2, elem_id="rag-query",
@@ -319,7 +325,7 @@ def build(cache: ModelCache, store: MovieStore):
                                          info="0 = any")
                     year_max = gr.Number(label="To year", value=0, precision=0, elem_id="rag-year-max",
                                          info="0 = any")
-                genres = gr.CheckboxGroup(label="Genres (none ticked = all)", choices=genre_choices(store.info()),
+                genres = gr.CheckboxGroup(label="Genres (none ticked = all)", choices=bundled_genres(),
                                           elem_id="rag-genres")
                 with gr.Row():
                     top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Top-k films")
@@ -349,7 +355,7 @@ def build(cache: ModelCache, store: MovieStore):
         with gr.Accordion("Movie table", open=False):
             table_msg = gr.Markdown()
             with gr.Row():
-                embedder = gr.Textbox(label="Embedder", value=store.embedder_name() or BUNDLED_EMBEDDER, scale=3,
+                embedder = gr.Textbox(label="Embedder", value=BUNDLED_EMBEDDER, scale=3,
                                       info="bundled/all-MiniLM-L6-v2 works offline; any sentence-transformers id "
                                            "(e.g. BAAI/bge-small-en-v1.5) when online")
                 rebuild_btn = gr.Button("Re-embed all films", scale=1)
@@ -386,9 +392,11 @@ def build(cache: ModelCache, store: MovieStore):
     rebuild_btn.click(rebuild, embedder, table_outputs, **write)
 
     def load(choice):
+        """Page load: the table's state, the chat models on disk, and the mode that suits the table's size."""
         choices = chat_choices()
         values = [v for _, v in choices]
         state = table_state(store)
-        return (*state[:3], gr.Dropdown(choices=choices, value=choice if choice in values else default_choice()))
+        return (*state[:3], gr.Dropdown(choices=choices, value=choice if choice in values else default_choice()),
+                gr.Radio(value=default_mode(store.info().rows)))
 
-    return load, [model], [status, genres, embedder, model]
+    return load, [model], [status, genres, embedder, model, mode]
