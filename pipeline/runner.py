@@ -209,16 +209,20 @@ def stop_run(run_dir: Path, grace_s: float = 0.0) -> bool:
         return False
     info = runs.launcher(run_dir) or {}
     pid = info.get("pid") if runs.launcher_alive(run_dir) else status.get("pid")
+    return _terminate(pid, grace_s, lambda: runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES
+                      or runs.launcher_alive(run_dir))
+
+
+def _terminate(pid, grace_s: float, still_going) -> bool:
+    """SIGTERM a launched job's process group; with `grace_s`, wait until `still_going()` is False (the
+    job says it stopped and its processes have exited: they write the status, then exit)."""
     try:
         os.killpg(os.getpgid(int(pid)), signal.SIGTERM)
     except (ProcessLookupError, PermissionError, TypeError, ValueError):
         return False
-    if grace_s:
-        # Until the run says it stopped and its processes have exited (they write the status, then exit).
-        deadline = time.time() + grace_s
-        while time.time() < deadline and (runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES
-                                          or runs.launcher_alive(run_dir)):
-            time.sleep(0.2)
+    deadline = time.time() + grace_s
+    while grace_s and time.time() < deadline and still_going():
+        time.sleep(0.2)
     return True
 
 
@@ -282,12 +286,4 @@ def stop_eval(run_dir: Path, grace_s: float = 0.0) -> bool:
         return False
     info = runs.read_json(run_dir / runs.EVAL_LAUNCHER_FILE) or {}
     pid = info.get("pid") if runs.eval_launcher_alive(run_dir) else status.get("pid")
-    try:
-        os.killpg(os.getpgid(int(pid)), signal.SIGTERM)
-    except (ProcessLookupError, PermissionError, TypeError, ValueError):
-        return False
-    if grace_s:
-        deadline = time.time() + grace_s
-        while time.time() < deadline and (runs.eval_active(run_dir) or runs.eval_launcher_alive(run_dir)):
-            time.sleep(0.2)
-    return True
+    return _terminate(pid, grace_s, lambda: runs.eval_active(run_dir) or runs.eval_launcher_alive(run_dir))
