@@ -28,7 +28,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 from pipeline import runs
 from pipeline.config import RunConfig
@@ -210,14 +209,13 @@ def stop_run(run_dir: Path, grace_s: float = 0.0) -> bool:
         return False
     info = runs.launcher(run_dir) or {}
     pid = info.get("pid") if runs.launcher_alive(run_dir) else status.get("pid")
-    # Until the run says it stopped and its processes have exited (they write the status, then exit).
-    return _terminate_group(pid, grace_s, lambda: (runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES
-                                                   or runs.launcher_alive(run_dir)))
+    return _terminate(pid, grace_s, lambda: runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES
+                      or runs.launcher_alive(run_dir))
 
 
-def _terminate_group(pid, grace_s: float, still_going: Callable[[], bool]) -> bool:
-    """SIGTERM the process group of `pid`; with a grace period, wait until `still_going()` is False.
-    False when there was no such process to signal."""
+def _terminate(pid, grace_s: float, still_going) -> bool:
+    """SIGTERM a launched job's process group; with `grace_s`, wait until `still_going()` is False (the
+    job says it stopped and its processes have exited: they write the status, then exit)."""
     try:
         os.killpg(os.getpgid(int(pid)), signal.SIGTERM)
     except (ProcessLookupError, PermissionError, TypeError, ValueError):
@@ -288,4 +286,4 @@ def stop_eval(run_dir: Path, grace_s: float = 0.0) -> bool:
         return False
     info = runs.read_json(run_dir / runs.EVAL_LAUNCHER_FILE) or {}
     pid = info.get("pid") if runs.eval_launcher_alive(run_dir) else status.get("pid")
-    return _terminate_group(pid, grace_s, lambda: runs.eval_active(run_dir) or runs.eval_launcher_alive(run_dir))
+    return _terminate(pid, grace_s, lambda: runs.eval_active(run_dir) or runs.eval_launcher_alive(run_dir))

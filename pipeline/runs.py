@@ -266,8 +266,8 @@ def write_state(run_dir: str | Path, name: str, writer: str, state: str, fresh: 
     current.update(fields)
     current["state"] = state
     current["updated_at"] = time.time()
-    if state not in ACTIVE_STATES:
-        current.setdefault("ended_at", time.time())
+    if state not in ACTIVE_STATES and current.get("ended_at") is None:  # a launch reset it to None
+        current["ended_at"] = time.time()
     write_json_atomic(path, current)
     return current
 
