@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from pipeline import runs
+from pipeline.processes import end_tree
 from pipeline.config import RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,23 +179,6 @@ def resume_run(run_dir: Path, nproc: int | None = None, allow_custom_rewards: bo
     return run_dir
 
 
-def _kill_tree(pid: int) -> None:
-    """SIGKILL a process and all its descendants (torchrun's ranks run in sessions of their own)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [*root.children(recursive=True), root]
-    except psutil.Error:
-        return
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=10)
-
-
 def stop_run(run_dir: Path, grace_s: float = 0.0) -> bool:
     """Ask the run to stop: SIGTERM to the launcher's process group (the trainer itself, or torchrun,
     which passes it to every rank). The ranks stop on the same step, save, and rank 0 marks the run
@@ -204,7 +188,7 @@ def stop_run(run_dir: Path, grace_s: float = 0.0) -> bool:
         if runs.launcher_alive(run_dir):
             # The run has ended (a rank failed) but processes linger, e.g. rank 0 waiting for the failed rank
             # in a collective, which no signal interrupts: end them now.
-            _kill_tree(int((runs.launcher(run_dir) or {})["pid"]))
+            end_tree(int((runs.launcher(run_dir) or {})["pid"]))
             return True
         return False
     info = runs.launcher(run_dir) or {}

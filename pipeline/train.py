@@ -31,6 +31,7 @@ from pipeline.rewards import (
     GuardedReward, RewardFunctionError, build_rewards, completion_text, wait_for_reward_threads,
 )
 from pipeline import engine, runs
+from pipeline.processes import end_children
 from pipeline.probes import make_probe_callbacks
 
 log = logging.getLogger("grpo_studio.train")
@@ -589,23 +590,8 @@ def main(argv: list[str] | None = None) -> int:
 def end_child_processes(grace_s: float = 3.0) -> list[str]:
     """End the processes this trainer started that are still there: a reward that hung past its timeout
     keeps running in an abandoned thread, and whatever it launched (a scorer, a shell tool) would outlive
-    the run. Terminated, then killed after `grace_s`. Returns what was ended, for the log."""
-    import psutil
-
-    children = psutil.Process().children(recursive=True)
-    ended = []
-    for child in children:
-        try:
-            ended.append(f"{child.name()} (pid {child.pid})")
-            child.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(children, timeout=grace_s)
-    for child in alive:
-        try:
-            child.kill()
-        except psutil.Error:
-            pass
+    the run. Returns what was ended, for the log."""
+    ended = end_children(grace_s)
     if ended:
         log.warning("Ended %d process(es) the run left behind: %s", len(ended), ", ".join(ended))
     return ended

@@ -65,19 +65,24 @@ def test_hostile_filter_values_are_refused_not_run(page, app_url):
     expect(page.locator("#rag-results")).to_contain_text("swap them", timeout=240_000)
 
 
-def test_upload_own_films_then_find_one(page, app_url, tmp_path):
-    films = tmp_path / "my_films.csv"
-    films.write_text("Title,Release Year,Plot,Genre\n"
-                     "Paper Moons,2001,A forger fakes the moon landing on a soundstage. Nobody notices for "
-                     "thirty years.,Comedy\n"
-                     "Bad Row,19x9,Broken year. Still broken.,Drama\n", encoding="utf-8")
+def upload_films(page, app_url, films) -> None:
+    """Open the RAG tab's Movie table and upload a file, as a user would; wait for its columns."""
     page.goto(app_url)
     page.get_by_role("tab", name="RAG").click()
     page.locator("span:has-text('Movie table')").last.click()
     with page.expect_file_chooser() as chooser:
         page.get_by_text("Click to Upload").click()
     chooser.value.set_files(str(films))
-    expect(page.get_by_text("my_films.csv: 4 columns")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(f"{films.name}: 4 columns")).to_be_visible(timeout=60_000)
+
+
+def test_upload_own_films_then_find_one(page, app_url, tmp_path):
+    films = tmp_path / "my_films.csv"
+    films.write_text("Title,Release Year,Plot,Genre\n"
+                     "Paper Moons,2001,A forger fakes the moon landing on a soundstage. Nobody notices for "
+                     "thirty years.,Comedy\n"
+                     "Bad Row,19x9,Broken year. Still broken.,Drama\n", encoding="utf-8")
+    upload_films(page, app_url, films)
     page.get_by_role("button", name="Add these films").click()
     expect(page.get_by_text("1 added")).to_be_visible(timeout=240_000)
     expect(page.get_by_text("my_films.csv row 3: release year '19x9' is not a number")).to_be_visible()
@@ -101,13 +106,7 @@ def test_big_upload_shows_time_left_and_cancel_keeps_whole_batches(page, app_url
         lines.append(f"Harbour Story {i},{1950 + i % 70},A ferry pilot numbered {i} keeps a lighthouse log; "
                      f"storm {i} tests the crew and a letter from {i % 17} old friends arrives late.,Drama")
     films.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    page.goto(app_url)
-    page.get_by_role("tab", name="RAG").click()
-    page.locator("span:has-text('Movie table')").last.click()
-    with page.expect_file_chooser() as chooser:
-        page.get_by_text("Click to Upload").click()
-    chooser.value.set_files(str(films))
-    expect(page.get_by_text("many_films.csv: 4 columns")).to_be_visible(timeout=60_000)
+    upload_films(page, app_url, films)
     page.get_by_role("button", name="Add these films").click()
     expect(page.get_by_text(re.compile(r"embedded · \d+ plots/s · about .+ left")).first).to_be_visible(
         timeout=400_000)
