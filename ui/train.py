@@ -248,16 +248,26 @@ def _refresh_run(path: Path, run_name: str, group_step, last_sig) -> dict[str, A
     record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
     lim = views.step_axis(max_steps, [m["step"] for m in metrics])
     problems = runs.run_problems(path, active=status.get("state") in runs.ACTIVE_STATES)
-    return {
+    update = {
         "progress": views.progress_html(run_name, status, metrics, max_steps, problems),
-        "health": views.health_html(metrics, evals),
-        "reward_plot": plot(views.reward_frame(metrics), lim),
-        **{f"plot_{key}": plot(views.metric_frame(metrics, key), lim) for key in views.CHARTS},
-        "groups": views.groups_html(record),
         "log": runs.log_tail(path, 30),
-        "group_step": gr.Slider(minimum=0, maximum=max(steps + [1]), step=1),  # a slider needs max > min
         "sig": sig,
     }
+    # The charts, the health panel and the groups are sent only when their data changed: the log grows
+    # between steps, and re-drawing seven charts in the browser every second takes CPU the trainer needs.
+    last = tuple(last_sig) if isinstance(last_sig, (list, tuple)) and len(last_sig) == len(sig) else None
+    if last is None or last[:3] != sig[:3]:
+        update.update({
+            "health": views.health_html(metrics, evals),
+            "reward_plot": plot(views.reward_frame(metrics), lim),
+            **{f"plot_{key}": plot(views.metric_frame(metrics, key), lim) for key in views.CHARTS},
+        })
+    if last is None or last[:3] != sig[:3] or last[4] != sig[4]:
+        update.update({
+            "groups": views.groups_html(record),
+            "group_step": gr.Slider(minimum=0, maximum=max(steps + [1]), step=1),  # a slider needs max > min
+        })
+    return update
 
 
 def probe_view(run_name: str | None, pick, last_sig=None) -> dict | None:
@@ -290,6 +300,13 @@ def runs_table():
 
     rows = runs.list_runs()
     return pd.DataFrame([[r.get(c) for c in RUN_COLUMNS] for r in rows], columns=RUN_COLUMNS)
+
+
+def runs_table_if_changed(last: str | None):
+    """Timer tick for the runs table: the table only when it changed (a re-sent table is re-drawn)."""
+    frame = runs_table()
+    key = frame.to_json()
+    return (gr.skip(), last) if key == last else (frame, key)
 
 
 def refresh_runs(current: str | None) -> tuple[gr.Dropdown, Any, gr.CheckboxGroup, gr.Dropdown]:
@@ -580,5 +597,6 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
                    api_name="eval_view")
         delete_btn.click(delete_run, [action_run, confirm], [action_msg, confirm]).then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
-        gr.Timer(5.0).tick(runs_table, None, table, show_progress="hidden")
+        table_sig = gr.State(None)
+        gr.Timer(5.0).tick(runs_table_if_changed, table_sig, [table, table_sig], show_progress="hidden")
     return refresh_runs, run_select, [run_select, table, compare, action_run]

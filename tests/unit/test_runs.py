@@ -180,3 +180,27 @@ def test_run_names_resolve_only_to_run_folders():
     for bad in (None, "", "no-config", "no-such-run", "../" + run.name, f"x/../../{run.name}", "/etc", "..",
                 str(run), run.name + "/adapter"):
         assert runs.resolve_run(bad) is None, bad
+
+
+def test_the_live_view_redraws_charts_only_when_the_metrics_change(tmp_path, monkeypatch):
+    """A growing log between steps updates the header and the log, not the seven charts (each re-draw
+    costs the browser CPU that the trainer, on the same machine, needs)."""
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    from pipeline.config import RunConfig
+    from ui.train import _refresh_run
+
+    run_dir = runs.new_run_dir("live")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
+    runs.write_status(run_dir, "running", step=1)
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "reward": 1.0}\n')
+    (run_dir / "train.log").write_text("step 1\n")
+    first = _refresh_run(run_dir, run_dir.name, 0, None)
+    assert {"reward_plot", "health", "groups", "log", "progress"} <= set(first)
+    with open(run_dir / "train.log", "a") as fh:
+        fh.write("more log\n")
+    second = _refresh_run(run_dir, run_dir.name, 0, first["sig"])
+    assert set(second) == {"progress", "log", "sig"}, sorted(second)
+    with open(run_dir / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 2, "reward": 2.0}\n')
+    third = _refresh_run(run_dir, run_dir.name, 0, second["sig"])
+    assert "reward_plot" in third and "groups" in third
