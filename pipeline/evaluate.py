@@ -160,7 +160,11 @@ class StatusReporter:
                                elapsed_s=round(time.time() - self.started, 1), **fields)
 
 
+_STOP_REQUESTED: list[int] = []
+
+
 def _raise_stopped(signum, frame):
+    _STOP_REQUESTED.append(signum)  # the exception may surface wrapped (e.g. inside a lazy import)
     raise EvalStopped
 
 
@@ -188,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         print("Evaluation stopped.", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - a CLI: print the reason, not a traceback
+        if _STOP_REQUESTED:  # a Stop raised inside a library call (a model load) that re-wrapped it
+            reporter.finish("stopped", error=None)
+            print("Evaluation stopped.", file=sys.stderr)
+            return 130
         from pipeline.models import is_out_of_memory, out_of_memory_message
 
         message = (out_of_memory_message("evaluating", "Evaluate fewer prompts (--limit) or free memory first.")
