@@ -63,14 +63,17 @@ class PlotChunks:
         self.store = store
         self._lock = threading.Lock()
         self._synced: tuple[int, int] | None = None   # (id of the movie table object, its version)
+        self._table = None  # the chunk table as the last sync left it (searches reuse it: no reopen per query)
 
     @property
     def table_name(self) -> str:
         return self.store.table_name + CHUNK_SUFFIX
 
     def table(self):
-        db = self.store.db()
-        return db.open_table(self.table_name) if self.table_name in db.list_tables().tables else None
+        if self._table is None:
+            db = self.store.db()
+            self._table = db.open_table(self.table_name) if self.table_name in db.list_tables().tables else None
+        return self._table
 
     def _schema(self, dims: int, embedder: str | None):
         import pyarrow as pa
@@ -108,9 +111,10 @@ class PlotChunks:
             meta = json.loads((chunks.schema.metadata or {}).get(b"studio_chunk_embedder", b"null"))
             if meta != embedder or chunks.schema.field("vector").type.list_size != dims:
                 db.drop_table(self.table_name)  # another embedder: vectors of two models never mix
-                chunks = None
+                chunks = self._table = None
         if chunks is None:
-            chunks = db.create_table(self.table_name, schema=self._schema(dims, embedder), exist_ok=True)
+            chunks = self._table = db.create_table(self.table_name, schema=self._schema(dims, embedder),
+                                                   exist_ok=True)
 
         rows = movies.search().select(list(FIELDS)).limit(movies.count_rows() + 1).to_list()
         wanted = {r["id"]: (film_hash(r), r) for r in rows}

@@ -240,9 +240,9 @@ def _fused(table, text: str, filters: SearchFilters, dense: list[Hit], keywords:
             _hit(rows[fid], score, "relevance") for fid, score in fused[:filters.top_k]]
 
 
-def _wide(filters: SearchFilters) -> SearchFilters:
-    """The same filters with the candidate pool a fused search draws from."""
-    return SearchFilters(filters.year_min, filters.year_max, filters.genres, max(CANDIDATES, 4 * filters.top_k))
+def _wide(filters: SearchFilters, factor: int = 4) -> SearchFilters:
+    """The same filters with a candidate pool of at least CANDIDATES (a fused search draws from it)."""
+    return replace(filters, top_k=max(CANDIDATES, factor * filters.top_k))
 
 
 def _chunked(table, text: str, filters: SearchFilters, chunks, weight: float = CHUNK_WEIGHT) -> list[Hit]:
@@ -255,9 +255,8 @@ def _chunked(table, text: str, filters: SearchFilters, chunks, weight: float = C
     chunks.sync()
     vector = query_vector(table, text)
     # A fused search already asks for a wide top-k; twice that is enough candidates for its dense leg.
-    pool = max(CANDIDATES, 2 * filters.top_k)
-    expr = filters.to_expr()
-    wide = SearchFilters(filters.year_min, filters.year_max, filters.genres, pool)
+    wide = _wide(filters, factor=2)
+    pool, expr = wide.top_k, filters.to_expr()
     # Candidates from both sides: the films whose whole plot is close, and those with a close sentence.
     rows = {r["id"]: r for r in build_query(table, vector, wide).to_list()}
     chunk_sims = chunks.best(vector, expr, limit=pool * 4)

@@ -170,8 +170,8 @@ def genre_choices(info) -> list[str]:
     return info.genres if info.rows else bundled_genres()
 
 
-def table_state(store: MovieStore):
-    info = store.info()
+def table_state(store: MovieStore, info=None):
+    info = info or store.info()
     return (status_html(info), gr.CheckboxGroup(choices=genre_choices(info)),
             gr.Textbox(value=info.embedder or BUNDLED_EMBEDDER))
 
@@ -395,8 +395,9 @@ def build(cache: ModelCache, store: MovieStore) -> tuple[Callable, list, list]:
         """Page load: the table's state, the chat models on disk, and the mode that suits the table's size."""
         choices = chat_choices()
         values = [v for _, v in choices]
-        state = table_state(store)
-        return (*state[:3], gr.Dropdown(choices=choices, value=choice if choice in values else default_choice()),
-                gr.Radio(value=default_mode(store.info().rows)))
+        info = store.info()
+        return (*table_state(store, info), gr.Dropdown(choices=choices, value=choice if choice in values
+                                                       else default_choice()),
+                gr.Radio(value=default_mode(info.rows)))
 
     return load, [model], [status, genres, embedder, model, mode]

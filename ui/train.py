@@ -242,10 +242,6 @@ def _refresh_run(path: Path, run_name: str, group_step, last_sig) -> dict[str, A
         return {}
     cfg = run_config(path)  # with --steps overrides; None when damaged: the header says so, the rest shows
     max_steps = cfg.max_steps if cfg else None
-    groups = runs.read_groups(path)
-    steps = [g["step"] for g in groups]
-    pick = int(group_step or 0)
-    record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
     lim = views.step_axis(max_steps, [m["step"] for m in metrics])
     problems = runs.run_problems(path, active=status.get("state") in runs.ACTIVE_STATES)
     update = {
@@ -256,13 +252,18 @@ def _refresh_run(path: Path, run_name: str, group_step, last_sig) -> dict[str, A
     # The charts, the health panel and the groups are sent only when their data changed: the log grows
     # between steps, and re-drawing seven charts in the browser every second takes CPU the trainer needs.
     last = tuple(last_sig) if isinstance(last_sig, (list, tuple)) and len(last_sig) == len(sig) else None
-    if last is None or last[:3] != sig[:3]:
+    data_changed = last is None or last[:3] != sig[:3]  # run, metrics or probes
+    if data_changed:
         update.update({
             "health": views.health_html(metrics, evals),
             "reward_plot": plot(views.reward_frame(metrics), lim),
             **{f"plot_{key}": plot(views.metric_frame(metrics, key), lim) for key in views.CHARTS},
         })
-    if last is None or last[:3] != sig[:3] or last[4] != sig[4]:
+    if data_changed or last[4] != sig[4]:  # ...or the step picked in the group inspector
+        groups = runs.read_groups(path)  # the largest file of a run: read only when the groups are redrawn
+        steps = [g["step"] for g in groups]
+        pick = int(group_step or 0)
+        record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
         update.update({
             "groups": views.groups_html(record),
             "group_step": gr.Slider(minimum=0, maximum=max(steps + [1]), step=1),  # a slider needs max > min
