@@ -32,6 +32,7 @@ def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None
         demo.load(load_chat_choices, chat_models, chat_models)
         demo.load(load_rag, rag_inputs, rag_outputs)
         demo.load(None, js=train.CLOSE_SETTINGS_JS)  # see ui/train.py: the settings are mounted, then folded
+        demo.load(None, js=train.LIVE_POLL_JS)  # the Train tab's live view: redrawn when the run files change
     return demo
 
 

@@ -1,6 +1,7 @@
 """Train tab: set up a GRPO run, start/stop it, and watch it live (charts, groups, health, log),
 plus the runs list. Handlers read the form, call pipeline/, and return updates; the live view
-polls the run directory with a gr.Timer, so a page reload or an app restart picks a run up again."""
+follows the run directory (a poll in the page asks for a signature of its files every second and the view
+redraws when it changed), so a page reload or an app restart picks a run up again."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 
 import gradio as gr
 
-from pipeline import runner, runs
+from pipeline import live, runner, runs
 from pipeline.config import PRESETS, BUNDLED_MODEL_ID, ConfigError, RunConfig, apply_preset
 from pipeline.data import DatasetError, load_rows, read_table
 from pipeline.models import catalog_choices, check_processes, gpu_count
@@ -40,6 +41,7 @@ def settings_accordion() -> gr.Accordion:
     return gr.Accordion("All settings", open=True, elem_id="all-settings")
 
 
+TAB_LABEL = "Train"
 UPLOAD_TYPES = [".csv", ".jsonl", ".json"]
 # "problems" next to the state, so a damaged run's reason is seen without scrolling (empty for healthy runs).
 RUN_COLUMNS = ["run", "state", "problems", "model", "dataset", "rewards", "step", "max_steps", "final_reward",
@@ -216,8 +218,44 @@ def _empty_view(head: str) -> dict[str, Any]:
             "groups": views.groups_html(None), "log": ""}
 
 
+def watch_signature(run_name: str | None, action_name: str | None) -> str:
+    """What the page's poll asks for every second: a signature of the files the Train tab is drawn from
+    (pipeline/live.py). It presses the hidden Refresh button only when this changed."""
+    return live.watch_signature(run_name or None, action_name or None)
+
+
+# The live view's poll, run in the page. Every second, while the Train tab shows and the browser tab is in
+# front, it asks the app for watch_signature (one small HTTP call, no Gradio event) and presses the hidden
+# Refresh button only when the signature changed. A Gradio event costs the page work for each output it
+# names, even one that sends nothing (loading states, input snapshots): three timers a second with twenty
+# outputs kept a quarter of a core busy in chromium, and the trainer, beside it on the same cores, lost far
+# more than that (bench/watch_cost.py). Between two steps, watching a run now costs one fetch a second.
+LIVE_POLL_JS = """() => {
+  if (window.gsLivePoll) return;
+  const api = new URL('gradio_api/run/watch_signature', document.baseURI);
+  let last = null, busy = false;
+  const value = (id) => (document.querySelector(id + ' input') || {}).value || null;
+  window.gsLivePoll = setInterval(async () => {
+    const button = document.getElementById('live-refresh');
+    const view = document.getElementById('progress');
+    if (busy || document.hidden || !button || !view || view.offsetParent === null) return;
+    busy = true;
+    try {
+      const reply = await fetch(api, {method: 'POST', headers: {'Content-Type': 'application/json'},
+                                      body: JSON.stringify({data: [value('#run-select'), value('#action-run')]})});
+      const sig = reply.ok ? (await reply.json()).data[0] : null;
+      if (sig !== null && sig !== last) { last = sig; button.click(); }
+    } catch (err) {
+      // the app restarting: the next second tries again
+    } finally {
+      busy = false;
+    }
+  }, %d);
+}""" % int(1000 * live.POLL_S)
+
+
 def refresh(run_name: str | None, group_step, last_sig) -> dict[str, Any]:
-    """Timer tick: re-read the run directory. Returns {output name: update}; {} when nothing changed."""
+    """Live view: re-read the run directory. Returns {output name: update}; {} when nothing changed."""
     path = run_path(run_name)
     if path is None:
         gone = bool(run_name)  # a run was picked, and its folder is no longer there (deleted)
@@ -304,7 +342,7 @@ def runs_table():
 
 
 def runs_table_if_changed(last: str | None):
-    """Timer tick for the runs table: the table only when it changed (a re-sent table is re-drawn)."""
+    """Live view, runs table: the table only when it changed (a re-sent table is re-drawn)."""
     frame = runs_table()
     key = frame.to_json()
     return (gr.skip(), last) if key == last else (frame, key)
@@ -336,7 +374,7 @@ def resume_training(name: str | None, allow_custom: bool):
 
 def evaluate_run(name: str | None):
     """Start the run's evaluation (base vs tuned) as a runner job and return at once; the Runs panel's
-    evaluation view follows it through the timer."""
+    evaluation view follows it through the live view."""
     path = run_path(name)
     if path is None:
         return "Pick a finished run to evaluate."
@@ -372,7 +410,7 @@ def eval_result_markdown(name: str, result: dict) -> str:
 
 
 def eval_view(name: str | None, last_sig=None):
-    """Timer tick: the evaluation of the Runs panel's run (or, when it has none, one running elsewhere),
+    """Live view: the evaluation of the Runs panel's run (or, when it has none, one running elsewhere),
     read from eval_status.json and eval.json. Returns (markdown or gr.skip(), signature)."""
     path = run_path(name)
     status = runs.read_eval_status(path) if path is not None else None
@@ -431,9 +469,9 @@ def fill_preset(name: str, allow_custom: bool = False) -> dict[str, Any]:
 
 def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, list[gr.components.Component]]:
     """Add the Train tab to the enclosing gr.Blocks. Returns what the page load runs to offer the runs on disk:
-    refresh_runs, its input and its outputs."""
+    refresh_runs, its input and its outputs. The page load also starts LIVE_POLL_JS."""
     defaults = config_to_form(RunConfig())
-    with gr.Tab("Train", id="train"):
+    with gr.Tab(TAB_LABEL, id="train"):
         allow = gr.State(allow_custom)
         with gr.Row(equal_height=False):
             with gr.Column(scale=2, min_width=380):
@@ -525,7 +563,7 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
                     compare_plot = gr.LinePlot(None, x="step", y="value", color="series",
                                                title="Total reward by run", height=240)
                 with gr.Column():
-                    action_run = gr.Dropdown(label="Run", choices=[])
+                    action_run = gr.Dropdown(label="Run", choices=[], elem_id="action-run")
                     with gr.Row():
                         resume_btn = gr.Button("Resume")
                         eval_btn = gr.Button("Evaluate base vs tuned", elem_id="eval-btn")
@@ -543,7 +581,8 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
                  "hub_id": hub_id, "hub_split": hub_split, "rewards": rewards, **hyper}
         form = {key: parts[key] for key in form_keys()}
         last_sig = gr.State(None)
-        timer = gr.Timer(1.0)
+        # The live view: the page's poll (LIVE_POLL_JS) presses this hidden button when the run files changed.
+        live_refresh = gr.Button("Refresh the live view", elem_id="live-refresh", elem_classes=["gs-hidden"])
         # The live view's outputs by name, in the order the API returns them (refresh leaves out what is unchanged).
         watch = {"progress": progress_box, "health": health, "reward_plot": reward_plot, **plots, "groups": groups,
                  "log": log, "group_step": group_step, "sig": last_sig}
@@ -563,25 +602,25 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
                         concurrency_limit=1, concurrency_id="start").then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
         stop_btn.click(stop_training, run_select, message)
-        timer.tick(keyed(refresh, watch), [run_select, group_step, last_sig], list(watch.values()),
-                   show_progress="hidden")
+        gr.api(watch_signature, api_name="watch_signature", queue=False)
+        # A step picked in the group inspector redraws the groups (the API's /refresh is this handler).
+        group_step.release(keyed(refresh, watch), [run_select, group_step, last_sig], list(watch.values()),
+                           show_progress="hidden", api_name="refresh")
         probe_sig = gr.State(None)
 
         def refresh_probes(run_name, pick, last):
-            """Timer tick for the held-out chart and the completions panel; nothing is sent when unchanged."""
+            """Live view, held-out chart and completions panel; nothing is sent when unchanged."""
             view = probe_view(run_name, pick, last)
             if view is None:
                 return {probe_sig: last}
             values = [v for _, v in view["choices"]]
-            # The value is only reset when the pick is gone: a tick started before the user picked a step
-            # carries the old pick and must not put it back (the next tick redraws with the new one).
+            # The value is only reset when the pick is gone: a refresh started before the user picked a step
+            # carries the old pick and must not put it back (the next refresh redraws with the new one).
             picker = (gr.Radio(choices=view["choices"]) if pick in values else
                       gr.Radio(choices=view["choices"], value="latest"))
             return {probe_plot: plot(view["plot"], view.get("x_lim")), probes_panel: view["panel"], probe_sig: view["sig"],
                     probe_pick: picker}
 
-        timer.tick(refresh_probes, [run_select, probe_pick, probe_sig],
-                   {probe_plot, probes_panel, probe_pick, probe_sig}, show_progress="hidden")
         probe_pick.input(lambda run, pick: probe_view(run, pick)["panel"], [run_select, probe_pick], probes_panel,
                          show_progress="hidden")
         run_select.change(lambda: (None, None, "latest"), None, [last_sig, probe_sig, probe_pick])
@@ -589,15 +628,26 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
         compare.change(compare_runs, compare, compare_plot)
         resume_btn.click(resume_training, [action_run, allow], [run_select, action_msg]).then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
-        # The evaluation is a runner job: the click returns at once, the 1 s timer shows its progress and result.
+        # The evaluation is a runner job: the click returns at once; its files' changes show its progress and result.
         eval_sig = gr.State(None)
         eval_btn.click(evaluate_run, action_run, action_msg, api_name="evaluate_run").then(
             eval_view, [action_run], [eval_box, eval_sig], show_progress="hidden")
         eval_stop_btn.click(stop_evaluation, action_run, action_msg, api_name="stop_evaluation")
-        timer.tick(eval_view, [action_run, eval_sig], [eval_box, eval_sig], show_progress="hidden",
-                   api_name="eval_view")
         delete_btn.click(delete_run, [action_run, confirm], [action_msg, confirm]).then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
         table_sig = gr.State(None)
-        gr.Timer(5.0).tick(runs_table_if_changed, table_sig, [table, table_sig], show_progress="hidden")
+
+        def live_update(run_name, step_pick, last, pick, last_probe, action, last_eval, last_table):
+            """The hidden Refresh button: every part of the live view redraws what changed, in one event."""
+            out = {watch[name]: value for name, value in refresh(run_name, step_pick, last).items()}
+            out.update(refresh_probes(run_name, pick, last_probe))
+            out[eval_box], out[eval_sig] = eval_view(action, last_eval)
+            out[table], out[table_sig] = runs_table_if_changed(last_table)
+            return out
+
+        live_refresh.click(live_update, [run_select, group_step, last_sig, probe_pick, probe_sig, action_run, eval_sig,
+                                         table_sig],
+                           {*watch.values(), probe_plot, probes_panel, probe_pick, probe_sig, eval_box, eval_sig, table,
+                            table_sig},
+                           show_progress="hidden", trigger_mode="always_last", api_visibility="private")
     return refresh_runs, run_select, [run_select, table, compare, action_run]

@@ -1,0 +1,49 @@
+"""Watching costs nothing between steps: the Train tab sends no Gradio event while the run files stay the
+same, and redraws within seconds of a new metrics line (a stand-in trainer: this test process)."""
+
+import os
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from pipeline import runs
+from pipeline.config import RunConfig
+
+pytestmark = [pytest.mark.browser]
+
+
+def metrics_line(step: int) -> dict:
+    return {"step": step, "max_steps": 1000, "reward": 0.1 * step, "reward_std": 0.3, "kl": 0.01, "loss": 0.0,
+            "entropy": 2.0, "completion_length": 30.0, "rewards": {"length_target": {"mean": 0.1 * step}},
+            "elapsed": 10.0 * step, "eta_seconds": 100.0, "time": time.time()}
+
+
+@pytest.fixture
+def watched_run(studio_data):
+    run_dir = runs.new_run_dir("watched")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=1000).to_dict())
+    runs.write_status(run_dir, "running", pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()),
+                      started_at=time.time())
+    runs.append_jsonl(run_dir / "metrics.jsonl", metrics_line(1))
+    yield run_dir
+    runs.write_status(run_dir, "stopped")  # this process must not read as a live trainer to later tests
+
+
+def test_no_event_while_nothing_changes_and_a_redraw_when_a_step_lands(page, app_url, watched_run):
+    events, polls = [], []
+    page.on("request", lambda r: events.append(r.url) if "/queue/join" in r.url else
+            polls.append(r.url) if "/run/watch_signature" in r.url else None)
+    page.goto(app_url)
+    expect(page.locator("#run-select input")).to_have_value(watched_run.name)
+    expect(page.locator("#progress .gs-progress")).to_have_attribute("data-step", "1", timeout=30_000)
+    page.wait_for_timeout(2_000)  # the page load's own events settle (Playwright reports requests while it waits)
+    events.clear(), polls.clear()
+    page.wait_for_timeout(6_000)
+    assert len(polls) >= 4, polls  # the page keeps asking...
+    assert events == [], events  # ...and sends no Gradio event while the run files stay the same
+
+    runs.append_jsonl(watched_run / "metrics.jsonl", metrics_line(2))
+    expect(page.locator("#progress .gs-progress")).to_have_attribute("data-step", "2", timeout=5_000)
+    assert len(events) >= 1
+    expect(page.locator("#reward-plot")).to_contain_text("total (weighted)")
