@@ -20,12 +20,15 @@ $(STAMP): requirements.txt requirements-dev.txt
 	touch $(STAMP)
 
 # A CUDA machine: vLLM and bitsandbytes at versions TRL 1.16 supports (transformers moves to 5.17.0
-# for vLLM 0.31.0; see requirements-gpu.txt). CI never runs this.
+# for vLLM 0.31.0; see requirements-gpu.txt). The set is CUDA 13: the driver (>= 580) and card
+# (compute capability >= 7.5) are checked before anything is installed, and torch after. CI never runs this.
 setup-gpu:
+	bash bench/check_gpu_setup.sh driver
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-gpu.txt -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps $(BUNDLED)
+	bash bench/check_gpu_setup.sh torch $(PY)
 	touch $(STAMP)
 
 run: setup
