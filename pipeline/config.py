@@ -27,6 +27,15 @@ DATASET_SOURCES = ("tldr", "arithmetic", "file", "hub")
 REWARD_ERROR_POLICIES = ("fail", "skip")
 
 
+# Refusals that are also made once the machine is known (pipeline.models.runtime_problems), so one wording.
+QLORA_FP16 = ("4-bit QLoRA with fp16 is refused: TRL casts the LoRA weights to bf16 whatever the precision, and "
+              "fp16 mixed precision on bf16 weights has never run on a GPU here. QLoRA needs bf16, so a GPU of compute "
+              "capability 8.0 or later (Ampere); on an older card train LoRA without 4-bit (fp16 mixed precision).")
+QLORA_VLLM = ("4-bit QLoRA with vLLM crashes at the first weight sync: TRL hands vLLM the packed 4-bit tensors, "
+              "whose shapes vLLM can't load (TRL issue #4973, open). Turn one off: QLoRA samples with transformers, "
+              "or vLLM serves the full-precision model.")
+
+
 class ConfigError(ValueError):
     """A run configuration that cannot run. The message says what to change."""
 
@@ -223,7 +232,8 @@ class RunConfig:
         default="auto",
         metadata=_form("Precision",
                        "auto = bf16 on GPUs that do it natively (compute capability 8.0+, Ampere and later), fp16 "
-                       "mixed precision on older GPUs (LoRA weights stay fp32), fp32 on CPU. bf16 on CPU is opt-in.",
+                       "mixed precision on older GPUs (weights and LoRA weights stay fp32), fp32 on CPU. bf16 on CPU "
+                       "is opt-in. In bf16 the LoRA weights are fp32 (PEFT keeps them so), except with QLoRA: bf16.",
                        PRECISIONS),
     )
     gradient_checkpointing: bool = field(
@@ -241,8 +251,9 @@ class RunConfig:
 
     # GPU path
     load_in_4bit: bool = field(default=False, metadata=_form("QLoRA: 4-bit base (GPU)",
-        "QLoRA: load the base model in 4-bit NF4 (bitsandbytes) and train the LoRA on top. GPU only; needs "
-        "`make setup-gpu`. About a quarter of the base model's memory."))
+        "QLoRA: load the base model in 4-bit NF4 (bitsandbytes) and train the LoRA on top, in bf16 (TRL casts the "
+        "LoRA weights to bf16, as the QLoRA paper does): needs a bf16 GPU (compute capability 8.0+) and "
+        "`make setup-gpu`. About a quarter of the base model's memory. Not with vLLM (TRL #4973)."))
     use_vllm: bool = field(default=False, metadata=_form("Generate with vLLM (GPU)",
         "GPU only: generate with vLLM in colocate mode (same GPU as training); needs `make setup-gpu`. TRL's "
         "importance-sampling correction for the vLLM/training mismatch stays on."))
@@ -253,7 +264,7 @@ class RunConfig:
     vllm_max_model_length: int = field(default=0, metadata=_form("vLLM max model length (0 = prompt + completion)",
         "vLLM's context window; 0 = the prompt budget plus max completion tokens."))
     vllm_tensor_parallel_size: int = field(default=1, metadata=_form("vLLM tensor parallel size",
-        "GPUs one vLLM engine spans (colocate: must divide the number of processes)."))
+        "GPUs one vLLM engine spans (colocate: must divide the number of processes, and at most the GPUs there are)."))
 
     # Outputs
     report_to: str = field(default="none", metadata=_form("Also report to",
@@ -377,8 +388,12 @@ class RunConfig:
             out.append("vllm_gpu_memory_utilization is a share of the GPU's memory, between 0 and 1 (e.g. 0.3).")
         if self.vllm_max_model_length < 0 or self.vllm_tensor_parallel_size < 1:
             out.append("vllm_max_model_length cannot be negative and vllm_tensor_parallel_size must be at least 1.")
-        if self.load_in_4bit and self.precision in ("fp32",):
-            out.append("4-bit QLoRA computes in bf16 or fp16: set precision to auto.")
+        if self.load_in_4bit and self.precision == "fp32":
+            out.append("4-bit QLoRA trains in bf16 (TRL casts the LoRA weights to bf16): set precision to auto or bf16.")
+        if self.load_in_4bit and self.precision == "fp16":
+            out.append(QLORA_FP16)
+        if self.load_in_4bit and self.use_vllm:
+            out.append(QLORA_VLLM)
 
         ds = self.dataset
         if ds.source not in DATASET_SOURCES:

@@ -8,8 +8,8 @@ Same algorithm, less work:
   entropies equal TRL's up to float rounding, gradients included (tests/integration/test_engine.py).
 - Merged generation. Sampling from a PEFT model runs the LoRA branch beside every linear layer;
   folding the adapter into the weights for the duration of `generate` removes that cost. The
-  adapter is unfolded right after, as TRL itself does before syncing weights to vLLM. The G copies
-  of a prompt are also pre-filled once, not G times.
+  base weights are restored exactly right after (below fp32 the merge goes into copies: see
+  `merged_adapter`). The G copies of a prompt are also pre-filled once, not G times.
 
 Both need a single process (under DDP the module must be called through its wrapper so gradients
 are synchronised) and a plain causal LM; anything else falls back to TRL's own code path.
@@ -172,15 +172,44 @@ def cut_at_eos(tokens: list[int], eos_ids) -> list[int]:
     return tokens
 
 
+def _adapted_base_params(peft) -> list:
+    """The parameters of the base layers that carry an adapter (the ones a merge writes into)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [p for m in peft.modules() if isinstance(m, BaseTunerLayer)
+            for p in m.get_base_layer().parameters(recurse=False)]
+
+
 @contextlib.contextmanager
 def merged_adapter(model):
-    """Fold a PEFT adapter into the base weights for the duration of the block (no-op otherwise)."""
+    """Fold a PEFT adapter into the base weights for the duration of the block (no-op otherwise).
+
+    The base weights come back bit for bit. PEFT merges in place in the weights' dtype (`w += delta`, later
+    `w -= delta`): in bf16 or fp16 each cycle rounds, and over a run the frozen base drifts (issue 20: 100
+    cycles in bf16 changed 15% of the bundled model's entries), moving the KL reference (the adapter
+    disabled) and ending up in merged/. So below fp32 the merge goes into copies and the original tensors
+    are put back; that costs one copy of the adapted weights while sampling. In fp32 the in-place round
+    trip is kept: its rounding (2^-24 relative per cycle) is far below anything training resolves.
+    A quantized (4-bit) base is never merged into: the LoRA branch runs.
+    """
     peft = model.module if hasattr(model, "module") and not hasattr(model, "merge_adapter") else model
     if not (hasattr(peft, "merge_adapter") and single_process()):
         yield
         return
+    import torch
+
+    params = _adapted_base_params(peft)
+    if any(not p.is_floating_point() for p in params):
+        yield
+        return
+    # Below fp32: merge into copies and keep the originals aside (references, no copy).
+    originals = [(p, p.data) for p in params if p.dtype not in (torch.float32, torch.float64)]
+    for p, data in originals:
+        p.data = data.clone()
     peft.merge_adapter()
     try:
         yield
     finally:
-        peft.unmerge_adapter()
+        peft.unmerge_adapter()  # PEFT's bookkeeping says unmerged; in the copies, the rounding is discarded
+        for p, data in originals:
+            p.data = data

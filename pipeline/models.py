@@ -258,6 +258,37 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def cpu_fallback_warning(driver: bool, torch_version: str, torch_cuda: str | None, cuda_available: bool,
+                         visible: str | None = None) -> str | None:
+    """Why a machine with an NVIDIA driver trains on the CPU, for the run header (None when it doesn't).
+    GPUs hidden on purpose (CUDA_VISIBLE_DEVICES empty or -1) are not a surprise.
+
+    >>> cpu_fallback_warning(True, "2.13.0+cpu", None, False)[:80]
+    'This machine has an NVIDIA driver, but torch 2.13.0+cpu is a CPU build: training'
+    >>> cpu_fallback_warning(True, "2.13.0", "13.0", False)[:74]
+    'This machine has an NVIDIA driver, but torch 2.13.0 (CUDA 13.0) sees no GP'
+    >>> cpu_fallback_warning(False, "2.13.0+cpu", None, False), cpu_fallback_warning(True, "2.13.0", "13.0", True)
+    (None, None)
+    >>> cpu_fallback_warning(True, "2.13.0+cpu", None, False, visible="")
+    """
+    if not driver or cuda_available or visible in ("", "-1"):
+        return None
+    if torch_cuda is None:
+        return (f"This machine has an NVIDIA driver, but torch {torch_version} is a CPU build: training runs on the "
+                "CPU. Run `make setup-gpu`, which checks the driver and installs and checks a CUDA build of torch.")
+    return (f"This machine has an NVIDIA driver, but torch {torch_version} (CUDA {torch_cuda}) sees no GPU: training "
+            "runs on the CPU. The driver must support that CUDA (CUDA 13: driver 580 or later, and a card of compute "
+            "capability 7.5 or later); `nvidia-smi` shows the driver version.")
+
+
+def device_warning() -> str | None:
+    """cpu_fallback_warning for this process."""
+    import torch
+
+    return cpu_fallback_warning(nvidia_driver_present(), torch.__version__, torch.version.cuda,
+                                torch.cuda.is_available(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
 def check_processes(nproc, gpus: int) -> int:
     """How many training processes to launch: 1 on a CPU or single-GPU machine, up to one per GPU.
 
@@ -280,9 +311,11 @@ def vllm_available() -> bool:
 GPU_SETUP = "make setup-gpu (requirements-gpu.txt: versions of vLLM, bitsandbytes and transformers that TRL 1.16 supports)"
 
 
-def runtime_problems(cfg, device: str, installed=None) -> list[str]:
+def runtime_problems(cfg, device: str, installed=None, precision: str | None = None, gpus: int | None = None,
+                     processes: int | None = None) -> list[str]:
     """What this machine lacks for the config: a GPU, or a package. `installed(name)` says whether a module
-    can be imported (defaults to importlib's finder).
+    can be imported (defaults to importlib's finder). Given the resolved `precision`, the GPUs there are
+    (`gpus`, as pre-flight sees them) or the training `processes` (in the trainer), it checks those too.
 
     >>> from pipeline.config import RunConfig
     >>> runtime_problems(RunConfig(load_in_4bit=True), "cpu", lambda m: True)[0][:38]
@@ -291,7 +324,14 @@ def runtime_problems(cfg, device: str, installed=None) -> list[str]:
     'use_vllm needs the vllm package, which is not installed. Run'
     >>> runtime_problems(RunConfig(report_to="tensorboard"), "cpu", lambda m: m != "tensorboard")
     ["report_to 'tensorboard' needs the tensorboard package: pip install tensorboard (or set report_to to none)."]
+    >>> runtime_problems(RunConfig(load_in_4bit=True), "cuda", lambda m: True, precision="fp16")[0][:42]
+    '4-bit QLoRA with fp16 is refused: TRL cast'
+    >>> runtime_problems(RunConfig(use_vllm=True, vllm_tensor_parallel_size=2), "cuda", lambda m: True, gpus=1)
+    ['vllm_tensor_parallel_size is 2, but this machine has 1 GPU: one vLLM engine spans that many GPUs. Use 1.']
+    >>> runtime_problems(RunConfig(use_vllm=True, vllm_tensor_parallel_size=2), "cuda", lambda m: True, processes=3)[0][:62]
+    'vllm_tensor_parallel_size 2 must divide the number of training'
     """
+    from pipeline.config import QLORA_FP16
     installed = installed or (lambda name: importlib.util.find_spec(name) is not None)
     out = []
     if cfg.use_vllm:
@@ -306,6 +346,17 @@ def runtime_problems(cfg, device: str, installed=None) -> list[str]:
                        "machine's CPU. Turn it off to train LoRA on the full-precision model.")
         elif not installed("bitsandbytes"):
             out.append(f"4-bit QLoRA needs the bitsandbytes package. Run {GPU_SETUP}.")
+        if precision == "fp16" and cfg.precision != "fp16":  # auto picked fp16: a card older than Ampere
+            out.append(QLORA_FP16 + " (Precision auto picked fp16 because this GPU does not do bf16 natively.)")
+        elif precision == "fp16":
+            out.append(QLORA_FP16)
+    tp = cfg.vllm_tensor_parallel_size
+    if cfg.use_vllm and gpus is not None and device == "cuda" and tp > gpus:
+        out.append(f"vllm_tensor_parallel_size is {tp}, but this machine has {gpus} GPU{'s' * (gpus != 1)}: one vLLM "
+                   f"engine spans that many GPUs. Use {max(gpus, 1)}{' or less' * (gpus > 1)}.")
+    if cfg.use_vllm and processes is not None and processes % tp:
+        out.append(f"vllm_tensor_parallel_size {tp} must divide the number of training processes ({processes}): in "
+                   f"colocate mode each vLLM engine spans {tp} of them. Start {tp} processes (one per GPU) or use 1.")
     if cfg.report_to != "none" and not installed(cfg.report_to):
         out.append(f"report_to '{cfg.report_to}' needs the {cfg.report_to} package: pip install {cfg.report_to} "
                    "(or set report_to to none).")

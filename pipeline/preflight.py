@@ -75,24 +75,29 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
 
 def trainer_check(cfg: RunConfig) -> Check:
     """This machine and TRL's own rules for the GRPO settings: a missing GPU or package, or a combination
-    GRPOConfig refuses (e.g. a generation batch that does not hold whole groups), in TRL's words."""
+    TRL refuses, in TRL's words: GRPOConfig's checks (e.g. a generation batch that does not hold whole
+    groups) and the ones GRPOTrainer makes only after the model has loaded (`trainer_refusals`). TRL's
+    rules are asked even when this machine can't run the settings, so a GPU config is checked on a laptop."""
     import tempfile
     from pathlib import Path
 
-    from pipeline.models import ModelError, pick_device, resolve_precision, runtime_problems
-    from pipeline.train import grpo_args
+    from pipeline.models import ModelError, gpu_count, pick_device, resolve_precision, runtime_problems
+    from pipeline.train import grpo_args, trainer_refusals
 
     device = pick_device()
+    problems = []
     try:
         precision = resolve_precision(cfg.precision, device)
     except ModelError as exc:
-        return Check("trainer", False, str(exc))
-    missing = runtime_problems(cfg, device)
-    if missing:
-        return Check("trainer", False, " ".join(missing))
+        problems.append(str(exc))
+        precision = "fp32"  # for TRL's checks below
+    problems += runtime_problems(cfg, device, precision=precision, gpus=gpu_count())
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            grpo_args(cfg, Path(tmp), device, precision)
+            refused = trainer_refusals(grpo_args(cfg, Path(tmp), device, precision))
     except (ValueError, TypeError) as exc:
-        return Check("trainer", False, f"TRL refuses these GRPO settings: {exc}")
+        refused = [str(exc)]
+    problems += [f"TRL refuses these GRPO settings: {r}" for r in refused]
+    if problems:
+        return Check("trainer", False, " ".join(problems))
     return Check("trainer", True, f"{device}, {precision}: TRL accepts these GRPO settings.")

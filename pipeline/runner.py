@@ -62,9 +62,20 @@ def train_command(run_dir: Path, nproc: int = 1, resume: bool = False, allow_cus
     return cmd
 
 
-def command_preview(cmd: list[str]) -> str:
-    """How the same run is repeated headless, for the UI's "show command" view."""
-    return " ".join(shlex.quote(part) for part in cmd)
+def command_preview(cmd: list[str], gpus: int = 0, environ: dict | None = None) -> str:
+    """How the same run is repeated headless, for the UI's "show command" view. A one-process command on a
+    box with several GPUs is pinned to one, as `launch_env` pins the app's own launch: TRL refuses a single
+    process that sees several GPUs (it would be wrapped in DataParallel).
+
+    >>> command_preview(["python", "-m", "pipeline.train"], gpus=2, environ={})
+    'CUDA_VISIBLE_DEVICES=0 python -m pipeline.train'
+    >>> command_preview(["python", "-m", "pipeline.train"], gpus=1, environ={})
+    'python -m pipeline.train'
+    """
+    text = " ".join(shlex.quote(part) for part in cmd)
+    if gpus > 1 and "torch.distributed.run" not in cmd:
+        text = f"CUDA_VISIBLE_DEVICES={shlex.quote(launch_env(1, environ)['CUDA_VISIBLE_DEVICES'])} {text}"
+    return text
 
 
 def active_run() -> Path | None:

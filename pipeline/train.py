@@ -290,6 +290,30 @@ def model_load_kwargs(cfg: RunConfig, precision: str, device: str) -> dict:
     return kwargs
 
 
+def vllm_importance_sampling_mode(loss_type: str) -> str:
+    """How TRL corrects for the vLLM/training mismatch. TRL's default (sequence_mask) everywhere but vespo,
+    which computes its own sequence-level weights and accepts only the per-token modes (GRPOTrainer refuses
+    the run otherwise, once the model has loaded); token_truncate caps each token's ratio at TRL's C_max (3)
+    and drops no token.
+
+    >>> vllm_importance_sampling_mode("dapo"), vllm_importance_sampling_mode("vespo")
+    ('sequence_mask', 'token_truncate')
+    """
+    return "token_truncate" if loss_type == "vespo" else "sequence_mask"
+
+
+def trainer_refusals(args) -> list[str]:
+    """What GRPOTrainer's __init__ refuses from its arguments alone, but only once the model has loaded (GRPOConfig's
+    own checks run when it is built). Pre-flight asks both, so a refusal comes before the launch. The one rule a
+    RunConfig can reach today; tests/unit/test_gpu_path.py runs TRL's trainer to check it still refuses so."""
+    out = []
+    if (args.loss_type == "vespo" and args.use_vllm and args.vllm_importance_sampling_correction
+            and args.vllm_importance_sampling_mode not in ("token_truncate", "token_mask")):
+        out.append("VESPO loss requires `vllm_importance_sampling_mode` to be either 'token_truncate' or 'token_mask'. "
+                   f"Got: {args.vllm_importance_sampling_mode}.")
+    return out
+
+
 def grpo_args(cfg: RunConfig, run_dir: Path, device: str, precision: str):
     from trl import GRPOConfig
 
@@ -340,6 +364,7 @@ def grpo_args(cfg: RunConfig, run_dir: Path, device: str, precision: str):
         vllm_max_model_length=cfg.vllm_max_model_length or cfg.max_prompt_tokens + cfg.max_completion_length,
         vllm_tensor_parallel_size=cfg.vllm_tensor_parallel_size,
         vllm_importance_sampling_correction=True,
+        vllm_importance_sampling_mode=vllm_importance_sampling_mode(cfg.loss_type),
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
@@ -403,23 +428,27 @@ def set_up_runtime(cfg: RunConfig, run_dir: Path, main: bool) -> tuple[str, str]
     """Device, precision and threads for this process; refuses what this machine can't run."""
     import torch
 
-    from pipeline.models import pick_device, resolve_precision, runtime_problems
+    from pipeline.models import device_warning, pick_device, resolve_precision, runtime_problems
 
     device = pick_device()
     precision = resolve_precision(cfg.precision, device)
-    for problem in runtime_problems(cfg, device):
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    for problem in runtime_problems(cfg, device, precision=precision, processes=world_size):
         raise ConfigError(problem)
+    # A GPU box whose torch can't use the GPU trains on the CPU: said in the run header, not only in the log.
+    warning = device_warning() if device == "cpu" else None
+    if warning:
+        log.warning(warning)
     if cfg.report_to == "tensorboard":
         os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run_dir / "tensorboard"))
     # One team of threads per core, split between ranks; an explicit OMP_NUM_THREADS wins (benchmarks set it).
     threads = os.environ.get("OMP_NUM_THREADS", "")
     torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0
                           else max(1, (os.cpu_count() or 1) // int(os.environ.get("WORLD_SIZE", "1"))))
-    log.info("Device %s, precision %s, model %s, world size %s", device, precision, cfg.model,
-             os.environ.get("WORLD_SIZE", "1"))
+    log.info("Device %s, precision %s, model %s, world size %s", device, precision, cfg.model, world_size)
     if main:  # the run header shows what was resolved, not the setting ("auto")
-        runs.write_status(run_dir, "running", device=device, precision=precision,
-                          world_size=int(os.environ.get("WORLD_SIZE", "1")))
+        runs.write_status(run_dir, "running", device=device, precision=precision, world_size=world_size,
+                          device_warning=warning)
     return device, precision
 
 

@@ -153,7 +153,7 @@ def show_command(allow_custom: bool, nproc, **form):
         return f"# {exc}"
     placeholder = runs.runs_dir() / "NEW-RUN"
     single = runner.command_preview(runner.train_command(placeholder, allow_custom_rewards=allow_custom,
-                                                         python=".venv/bin/python"))
+                                                         python=".venv/bin/python"), gpus=gpu_count())
     multi = runner.command_preview(runner.train_command(placeholder, nproc=max(int(nproc or 1), 2),
                                                         allow_custom_rewards=allow_custom, python=".venv/bin/python"))
     summary = (f"# {cfg.max_steps} steps, G={cfg.num_generations}, {cfg.max_completion_length} completion tokens, "
@@ -171,15 +171,16 @@ def start_training(allow_custom: bool, nproc, **form):
         run_dir = runner.start_run(cfg, label=label, nproc=processes, allow_custom_rewards=allow_custom)
     except (ConfigError, runner.RunnerError, OSError, ValueError) as exc:
         return gr.Dropdown(), f"❌ {exc}"
-    if gpu_count():
-        free_gpu_for_training()
+    free_gpu_for_training()
     return (gr.Dropdown(choices=run_names(), value=run_dir.name),
             f"▶ Started **{run_dir.name}**. The first step appears after the model loads and one group is sampled.")
 
 
 def free_gpu_for_training() -> None:
-    """The trainer is a separate process on the same GPU: the app's chat models and embedders give their
-    memory back (they load again on the next chat or search)."""
+    """A trainer or an evaluator is a separate process on the same GPU: the app's chat models and embedders
+    give their memory back (they load again on the next chat or search). Nothing to do without a GPU."""
+    if not gpu_count():
+        return
     from pipeline.generate import release_models
     from retrieval.store import release_embedders
 
@@ -369,6 +370,7 @@ def resume_training(name: str | None, allow_custom: bool):
         runner.resume_run(path, allow_custom_rewards=allow_custom)
     except runner.RunnerError as exc:
         return gr.Dropdown(), f"❌ {exc}"
+    free_gpu_for_training()
     return gr.Dropdown(value=name), f"▶ Resuming **{name}** from its last complete checkpoint."
 
 
@@ -382,6 +384,7 @@ def evaluate_run(name: str | None):
         runner.start_eval(path)
     except (RuntimeError, OSError) as exc:  # RunnerError says why; a full disk or a racing launch too
         return f"❌ {exc}"
+    free_gpu_for_training()  # the evaluator loads the base and tuned models on the same GPU
     return (f"▶ Evaluating **{name}** on up to {runner.EVAL_LIMIT} held-out prompts (greedy, base then tuned); "
             "progress shows below.")
 

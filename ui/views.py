@@ -110,6 +110,8 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
     where = " · ".join(html.escape(str(v)) for v in (
         status.get("device"), status.get("precision"), f"{ranks} processes" if ranks > 1 else None) if v)
     where = f" <span class='gs-where'>{where}</span>" if where else ""
+    if status.get("device_warning"):  # e.g. a GPU box whose torch is a CPU build
+        error += f"<div class='gs-warn gs-device-warning'><b>⚠ On the CPU.</b> {html.escape(status['device_warning'])}</div>"
     return (
         f"<div class='gs-progress' data-state='{state}' data-step='{step}'>"
         f"<div class='gs-progress-head'><span class='gs-badge' style='background:{color}'>{state}</span> "

@@ -98,7 +98,7 @@ def test_gpu_and_grpo_options_are_checked_in_plain_words():
                      "lr_scheduler must be one of", "report_to must be one of: none, tensorboard, trackio",
                      "num_iterations must be at least 1", "epsilon_high must be at least epsilon (0.2)",
                      "top_k cannot be negative", "vllm_gpu_memory_utilization is a share",
-                     "4-bit QLoRA computes in bf16 or fp16"):
+                     "4-bit QLoRA trains in bf16"):
         assert expected in text, expected
 
 
