@@ -165,6 +165,7 @@ def test_a_launch_that_fails_leaves_nothing_that_blocks_the_next_start(own_runs,
     monkeypatch.setattr(runner.subprocess, "Popen", popen_fails)
     with pytest.raises(runner.RunnerError, match=r"^Could not start the trainer: \[Errno 24\] Too many open files"):
         runner.start_run(RunConfig(), "first")
+    assert runner.busy_run() is None
     assert [p for p in own_runs.iterdir() if p.is_dir()] == []  # no half-made run folder
 
     # A resume that fails to launch: the run stays, and reads as failed with the reason.
