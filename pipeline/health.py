@@ -83,8 +83,11 @@ def health_warnings(rows: list[dict], evals: list[dict] | None = None) -> list[W
     out: list[Warning_] = []
     stds = _recent(rows, "reward_std")
     zero = _recent(rows, "frac_reward_zero_std")
-    if len(rows) >= WINDOW and ((zero and min(zero) >= ZERO_STD_FRACTION) or (stds and max(stds) < 1e-6)):
-        share = f"{sum(zero) / len(zero):.0%} of groups" if zero else "every group"
+    # TRL's reward_std is the whole batch's: 0 means every group is flat, whatever frac_reward_zero_std says
+    # (the trainer writes None for it when TRL did not log it).
+    all_flat = bool(stds) and max(stds) < 1e-6
+    if len(rows) >= WINDOW and ((zero and min(zero) >= ZERO_STD_FRACTION) or all_flat):
+        share = "every group" if all_flat or not zero else f"{sum(zero) / len(zero):.0%} of groups"
         out.append(Warning_(
             "no_signal", "No learning signal",
             f"In {share} all G completions got the same reward, so every advantage is 0 and nothing is learned.",

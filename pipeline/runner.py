@@ -121,10 +121,16 @@ def _launch(run_dir: Path, cmd: list[str], nproc: int = 1) -> subprocess.Popen:
     # "queued" is written before the process exists, so it can never overwrite the trainer's "running".
     runs.write_status(run_dir, "queued", writer="launcher", queued_at=time.time(), pid=None, error=None,
                       ended_at=None)
-    log = open(run_dir / "stdout.log", "ab")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, env=launch_env(nproc))
-    log.close()
+    try:
+        with open(run_dir / "stdout.log", "ab") as log:
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, env=launch_env(nproc))
+    except OSError as exc:
+        # Nothing was started: a "queued" left here would read as a launch in progress and refuse every
+        # Start until QUEUED_GRACE_S has passed. The launcher still owns the status, so it says why.
+        message = f"Could not start the trainer: {exc}"
+        runs.write_status(run_dir, "failed", writer="launcher", error=message)
+        raise RunnerError(message) from exc
     runs.write_json_atomic(run_dir / runs.LAUNCHER_FILE,
                            {"pid": proc.pid, "create_time": runs.process_create_time(proc.pid)})
     # Reap the child when it exits so it never lingers as a zombie; the status file says how it ended.

@@ -13,6 +13,7 @@ and when (the one place this is decided; every state write goes through `write_s
     launcher.json      runner (launcher)               pid + create time of the          right after each launch
                                                        trainer or torchrun
     status.json        runner (launcher)               queued                            before the trainer exists
+                       runner (launcher)               failed (+ error)                  when the launch itself fails
                        trainer, rank 0                 running (+ pid, device, step)     at start, then each step
                        trainer, rank 0                 finished / stopped                after the adapter is saved
                        trainer, any rank               failed / stopped (interrupted)    when it ends badly
@@ -60,7 +61,7 @@ EVAL_LAUNCHER_FILE = "eval_launcher.json"
 EVAL_STATES = ("queued", "running", "done", "failed", "stopped")
 # Who may write which state to which file (see the table in the module docstring).
 STATE_WRITERS: dict[tuple[str, str], tuple[str, ...]] = {
-    (STATUS_FILE, "launcher"): ("queued",),
+    (STATUS_FILE, "launcher"): ("queued", "failed"),  # "failed": the trainer could not be started
     (STATUS_FILE, "trainer"): ("running", "finished", "stopped", "failed"),
     (EVAL_STATUS_FILE, "launcher"): ("queued",),
     (EVAL_STATUS_FILE, "evaluator"): ("running", "done", "failed", "stopped"),

@@ -1,7 +1,10 @@
-"""keep_checkpoints on a real trainer: old checkpoints go, the newest complete ones never do, and a kill at
-the worst moment (after transformers' rotation, before the new checkpoint is marked complete) resumes."""
+"""Checkpoints on a real trainer: keep_checkpoints removes old ones but never the newest complete ones, a kill at
+the worst moment (after transformers' rotation, before the new checkpoint is marked complete) resumes, a resume
+continues the trainer's own state, and Chat refuses a checkpoint that was never marked complete."""
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -56,15 +59,24 @@ def test_keep_checkpoints_keeps_the_newest_complete_ones_and_a_kill_after_rotati
     assert steps_on_disk(run_dir, complete_only=False) == steps_on_disk(run_dir) == [5, 6]
 
 
-def test_a_resume_with_steps_keeps_config_json_and_records_the_override(bundled_model_dir):
+@pytest.fixture(scope="module")
+def resumed_run(bundled_model_dir):
+    """One step with a checkpoint, then a resume to step 2 with --steps. Returns the run folder, config.json's
+    bytes at creation, and checkpoint-1's trainer_state.json as the first process left it."""
     run_dir = make_run("override", max_steps=1, save_steps=1)
     written = (run_dir / "config.json").read_bytes()
     proc = run(run_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (run_dir / "config.json").read_bytes() == written  # a start does not rewrite it
+    first_state = json.loads((run_dir / "checkpoint-1" / "trainer_state.json").read_text())
 
     proc = run(run_dir, "--resume", "--steps", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir, written, first_state
+
+
+def test_a_resume_with_steps_keeps_config_json_and_records_the_override(resumed_run):
+    run_dir, written, _ = resumed_run
     # config.json still holds what the run was created with; the override is in the run's history.
     assert (run_dir / "config.json").read_bytes() == written
     assert [(r["resume"], r["from_step"], r["overrides"]) for r in runs.read_launches(run_dir)] == [
@@ -73,3 +85,35 @@ def test_a_resume_with_steps_keeps_config_json_and_records_the_override(bundled_
     assert st["state"] == "finished" and st["max_steps"] == 2
     assert [r["step"] for r in runs.read_metrics(run_dir)] == [1, 2]
     assert runs.run_summary(run_dir)["max_steps"] == 2  # the runs list shows the steps it trained to
+
+
+def test_a_resume_continues_the_trainers_own_state_from_the_checkpoint(resumed_run):
+    """The resumed trainer started at checkpoint-1's state, not at step 0: its history carries the first
+    process's step-1 entry as that process logged it (TRL's step_time is wall-clock, so a step 1 trained
+    again would differ), and it trained step 2 only (metrics.jsonl holds each step once, in order)."""
+    run_dir, _, first_state = resumed_run
+    assert first_state["global_step"] == 1
+    final = json.loads((run_dir / "checkpoint-2" / "trainer_state.json").read_text())
+    assert final["global_step"] == 2
+    steps = [entry["step"] for entry in final["log_history"]]
+    assert steps == [1, 2], final["log_history"]
+    assert "step_time" in first_state["log_history"][0]
+    assert final["log_history"][0] == first_state["log_history"][0]
+    assert [row["step"] for row in runs.read_jsonl(run_dir / "metrics.jsonl")] == [1, 2]
+
+
+def test_chat_refuses_a_real_checkpoint_that_was_never_marked_complete(resumed_run):
+    """A loadable checkpoint folder (adapter weights and all) whose save never reached its completion marker,
+    as a kill during the save leaves it: Chat refuses it by name instead of loading half-written weights."""
+    from pipeline.generate import ChatModelError, ModelCache
+
+    run_dir, _, _ = resumed_run
+    unmarked = run_dir / "checkpoint-3"
+    shutil.copytree(run_dir / "checkpoint-2", unmarked)
+    (unmarked / runs.CHECKPOINT_MARKER).unlink()
+    assert (unmarked / "adapter_model.safetensors").stat().st_size > 0
+    try:
+        with pytest.raises(ChatModelError, match=rf"^Checkpoint 3 of '{run_dir.name}' is missing or incomplete\.$"):
+            ModelCache().get(f"ckpt:{run_dir.name}:3")
+    finally:
+        shutil.rmtree(unmarked)

@@ -38,3 +38,20 @@ def test_a_reward_that_raises_on_a_sample_is_caught(bundled_model_dir):
     checks = by_name(preflight(RunConfig(rewards=[RewardSpec("custom_python", 1.0, {"code": code})]),
                                allow_custom_rewards=True))
     assert not checks["rewards"].ok and "ZeroDivisionError" in checks["rewards"].message
+
+
+def test_pre_flight_scores_custom_code_in_another_process(bundled_model_dir, tmp_path):
+    """Through the Train tab's handler (what "Pre-flight check" calls): the custom reward scores the sample,
+    in a process that is not this one (the web server's)."""
+    import os
+
+    from ui.form import config_to_form
+    from ui.train import run_preflight
+
+    marker = tmp_path / "ran"
+    code = (f"import os\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+            "def reward(completions, **kwargs):\n    return [1.0 for c in completions]\n")
+    form = config_to_form(RunConfig(rewards=[RewardSpec("custom_python", 1.0, {"code": code})]), allow_custom=True)
+    message = run_preflight(True, progress=lambda *a, **k: None, **form)
+    assert "✅ **rewards**: Every reward scored a sample: custom_python=1." in message, message
+    assert int(marker.read_text()) != os.getpid()

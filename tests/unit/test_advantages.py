@@ -1,4 +1,5 @@
 import random
+import types
 
 import pytest
 
@@ -36,13 +37,46 @@ def test_weighted_totals():
     assert weighted_totals({"a": [1.0, None], "b": [2.0, None]}, {"a": 2.0}) == [4.0, None]
 
 
-def test_matches_trl_formula_on_random_groups():
-    """Same numbers as TRL's sum_then_normalize path (nanstd with Bessel's correction, +1e-4)."""
-    torch = pytest.importorskip("torch")
-    from trl.trainer.utils import nanstd
+def trl_advantages(rewards_per_func: list[list[float | None]], weights: list[float], group_size: int,
+                   scale_rewards: str) -> list[float]:
+    """Advantages from TRL's own code: the aggregation block of GRPOTrainer._generate_and_score_completions,
+    cut from TRL's installed source and run on these rewards (None is how a reward says "no score"; TRL holds
+    it as NaN). No copy of the formula: if TRL changes it, this runs the new one."""
+    import inspect
+    import textwrap
 
+    import torch
+    from trl.trainer import grpo_trainer
+
+    source = inspect.getsource(grpo_trainer.GRPOTrainer._generate_and_score_completions)
+    first = source.index("        unscorable_mask = torch.isnan(rewards_per_func)")
+    last = source.index("advantages = torch.nan_to_num(advantages, nan=0.0)", first)
+    block = textwrap.dedent(source[first:source.index("\n", last)])
+    trainer = types.SimpleNamespace(reward_weights=torch.tensor(weights), scale_rewards=scale_rewards,
+                                    multi_objective_aggregation="sum_then_normalize", reward_funcs=weights)
+    table = torch.tensor([[float("nan") if v is None else v for v in row] for row in rewards_per_func])
+    scope = {"torch": torch, "nanstd": grpo_trainer.nanstd, "self": trainer, "rewards_per_func": table,
+             "num_generations": group_size, "device": "cpu"}
+    exec(block, scope)
+    return scope["advantages"].tolist()
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "none"])
+def test_matches_trls_own_advantage_code_with_missing_rewards(scale_rewards):
+    """Random groups of G=8, two weighted rewards, some scores missing: one reward of a completion, both
+    rewards of a completion, and all but one completion of a group (std undefined)."""
     rng = random.Random(0)
-    rewards = [rng.uniform(-3, 3) for _ in range(24)]
-    t = torch.tensor(rewards).view(-1, 8)
-    expected = ((t - t.mean(dim=1, keepdim=True)) / (nanstd(t, dim=1).unsqueeze(1) + 1e-4)).view(-1).tolist()
-    assert batch_advantages(rewards, 8) == pytest.approx(expected, rel=1e-5, abs=1e-5)
+    weights = {"a": 1.0, "b": 0.5}
+    per_func = [[rng.uniform(-3, 3), rng.uniform(0, 1)] for _ in range(32)]
+    per_func[1][0] = None                        # one reward missing: the other still counts
+    per_func[2] = [None, None]                   # unscorable: out of the group's mean and std, advantage 0
+    per_func[9][1] = float("nan")                # NaN is missing too
+    for i in range(17, 24):                      # a group with one scored completion
+        per_func[i] = [None, None]
+    per_func[24:32] = [[None, None]] * 8         # a group with none
+    expected = trl_advantages(per_func, list(weights.values()), 8, scale_rewards)
+
+    per_reward = {name: [row[k] for row in per_func] for k, name in enumerate(weights)}
+    ours = batch_advantages(weighted_totals(per_reward, weights), 8, scale=scale_rewards == "group")
+    assert ours == pytest.approx(expected, rel=1e-5, abs=1e-5)
+    assert ours[2] == 0.0 and ours[16] == 0.0 and ours[24:] == [0.0] * 8 and ours[0] != 0.0

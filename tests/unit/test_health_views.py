@@ -22,6 +22,20 @@ def test_no_signal_needs_a_few_steps():
     assert keys(flat[:2]) == [] and keys(flat) == ["no_signal"]
 
 
+def test_no_signal_from_reward_std_alone():
+    """Rows where TRL logged no frac_reward_zero_std (the trainer writes None) or one below the threshold:
+    a reward std of 0 over the last WINDOW steps still means every completion scored the same."""
+    missing = [{k: v for k, v in row(i, reward_std=0.0).items() if k != "frac_reward_zero_std"} for i in range(1, 4)]
+    for flat in (missing, [row(i, reward_std=0.0, frac_reward_zero_std=None) for i in range(1, 4)],
+                 [row(i, reward_std=0.0, frac_reward_zero_std=0.0) for i in range(1, 4)]):
+        warnings = health_warnings(flat)
+        assert [w.key for w in warnings] == ["no_signal"], flat
+        assert warnings[0].detail.startswith("In every group all G completions got the same reward"), warnings
+    # One step with some spread among the last three is signal: no alarm.
+    assert keys([row(1, reward_std=0.0, frac_reward_zero_std=None), row(2, reward_std=0.2, frac_reward_zero_std=None),
+                 row(3, reward_std=0.0, frac_reward_zero_std=None)]) == []
+
+
 def test_one_flat_step_does_not_alarm():
     rows = [row(1), row(2, frac_reward_zero_std=1.0), row(3)]
     assert "no_signal" not in keys(rows)

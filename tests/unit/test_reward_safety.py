@@ -45,6 +45,22 @@ def test_isolated_scoring_runs_custom_code_in_another_process(tmp_path):
     assert int(marker.read_text()) != os.getpid()
 
 
+def test_the_reward_bench_tab_scores_custom_code_in_another_process(tmp_path):
+    """Through the tab's own handler (what "Score the group" calls), not the isolated scorer directly."""
+    import json
+
+    from ui.reward_bench import score_candidates
+
+    marker = tmp_path / "ran"
+    rows = [[True, "custom_python", 2.0, json.dumps({"code": side_effect_code(marker)})],
+            [True, "length_target", 1.0, json.dumps({"target": 3})]]
+    table, summary = score_candidates(rows, "prompt", "abc\n---\nabcdef", "", "", True, allow_custom=True)
+    assert not summary.startswith("❌"), summary
+    assert table is not None and len(table) == 2
+    assert marker.exists(), "the custom reward never ran"
+    assert int(marker.read_text()) != os.getpid()  # it ran, and not in this (the server's) process
+
+
 def test_isolated_scoring_refuses_custom_code_without_the_flag(tmp_path):
     specs = [RewardSpec("custom_python", 1.0, {"code": side_effect_code(tmp_path / "ran")})]
     with pytest.raises(RuntimeError, match="--allow-custom-rewards"):

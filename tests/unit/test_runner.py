@@ -99,3 +99,127 @@ def test_a_run_whose_processes_are_still_exiting_blocks_the_next_start(monkeypat
         proc.kill()
         proc.wait()
     assert runner.busy_run() is None
+
+
+@pytest.fixture
+def own_runs(tmp_path, monkeypatch):
+    """A data directory of this test's own, so no other test's runs make the machine busy."""
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    return runs.runs_dir()
+
+
+@pytest.fixture
+def unrelated_process():
+    """A live process that is not a trainer, in a session of its own (so a wrongly aimed Stop reaches it alone,
+    never pytest's own process group)."""
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def recycled_run(own_runs, unrelated_process):
+    """A run whose trainer died and whose pid now belongs to another live process: status.json and
+    launcher.json name that pid with the dead trainer's start time (an hour before the live process's)."""
+    pid = unrelated_process.pid
+    dead_trainer_started = runs.process_create_time(pid) - 3600.0
+    run_dir = runs.new_run_dir("recycled")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
+    runs.write_status(run_dir, "running", pid=pid, pid_create_time=dead_trainer_started)
+    runs.write_json_atomic(run_dir / runs.LAUNCHER_FILE, {"pid": pid, "create_time": dead_trainer_started})
+    return run_dir
+
+
+def test_a_recycled_pid_reads_as_a_dead_trainer(recycled_run, unrelated_process):
+    status = runs.read_status(recycled_run)
+    assert status["state"] == "failed" and status["crashed"], status
+    assert not runs.launcher_alive(recycled_run)
+    # The same pid with its true start time is alive: the check compares start times, not just pids.
+    runs.write_status(recycled_run, "running", pid=unrelated_process.pid,
+                      pid_create_time=runs.process_create_time(unrelated_process.pid))
+    assert runs.read_status(recycled_run)["state"] == "running"
+
+
+def test_a_recycled_pid_does_not_refuse_start(recycled_run, monkeypatch):
+    launched = []
+    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1: launched.append(run_dir))
+    assert runner.start_run(RunConfig(), "next") == launched[0]
+
+
+def test_stop_never_signals_the_process_that_got_a_recycled_pid(recycled_run, unrelated_process):
+    assert runner.stop_run(recycled_run, grace_s=1) is False
+    assert unrelated_process.poll() is None  # not signalled: still running
+
+
+def test_a_launch_that_fails_leaves_nothing_that_blocks_the_next_start(own_runs, monkeypatch):
+    """Popen raising (no such interpreter, too many processes, a full disk) after the run folder was made: the
+    user hears why, no 'queued' run is left behind to refuse every Start, and the next Start goes."""
+    import shutil
+
+    real_popen = subprocess.Popen
+
+    def popen_fails(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(runner.subprocess, "Popen", popen_fails)
+    with pytest.raises(runner.RunnerError, match=r"^Could not start the trainer: \[Errno 24\] Too many open files"):
+        runner.start_run(RunConfig(), "first")
+    assert runner.busy_run() is None
+    assert [p for p in own_runs.iterdir() if p.is_dir()] == []  # no half-made run folder
+
+    # A resume that fails to launch: the run stays, and reads as failed with the reason.
+    stopped = runs.new_run_dir("stopped")
+    runs.write_json_atomic(stopped / "config.json", RunConfig().to_dict())
+    runs.write_status(stopped, "stopped")
+    with pytest.raises(runner.RunnerError, match="Could not start the trainer"):
+        runner.resume_run(stopped)
+    status = runs.read_status(stopped)
+    assert status["state"] == "failed", status
+    assert status["error"] == "Could not start the trainer: [Errno 24] Too many open files"
+    assert runner.busy_run() is None
+
+    monkeypatch.setattr(runner.subprocess, "Popen", real_popen)
+    monkeypatch.setattr(runner, "train_command", lambda run_dir, **kw: [sys.executable, "-c", "pass"])
+    run_dir = runner.start_run(RunConfig(), "second")
+    assert run_dir.is_dir() and runs.launcher(run_dir)["pid"] > 0
+    shutil.rmtree(stopped)
+
+
+def test_two_starts_at_once_start_one_run(own_runs, monkeypatch):
+    """The start lock: two Starts inside the check-then-create window together (creating a folder is slowed
+    down, as on a busy disk) start one run; the other hears which run is training."""
+    import threading
+
+    real_new_run_dir = runs.new_run_dir
+
+    def slow_new_run_dir(label="run"):
+        time.sleep(0.3)
+        return real_new_run_dir(label)
+
+    monkeypatch.setattr(runs, "new_run_dir", slow_new_run_dir)
+    monkeypatch.setattr(runner, "train_command", lambda run_dir, **kw: _fake_trainer(run_dir))
+    barrier = threading.Barrier(2)
+    results: list = []
+
+    def press_start(i: int):
+        barrier.wait()
+        try:
+            results.append(runner.start_run(RunConfig(), f"race-{i}"))
+        except runner.RunnerError as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=press_start, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    started = [r for r in results if not isinstance(r, Exception)]
+    refused = [r for r in results if isinstance(r, Exception)]
+    try:
+        assert len(started) == 1 and len(refused) == 1, results
+        assert "one training runs at a time" in str(refused[0]) and started[0].name in str(refused[0])
+        assert [p for p in own_runs.iterdir() if p.is_dir()] == started
+    finally:
+        for run_dir in started:
+            runner.stop_run(run_dir, grace_s=15)
