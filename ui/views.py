@@ -334,6 +334,10 @@ def probes_html(evals: list[dict], pick=None, cfg: dict | None = None, state: st
         shown = i > 0 and _finite(value) and _finite(first)
         vs = f" ({_signed(value - first)} vs step {base['step']})" if shown else ""
         head.append(f"{key} <b>{_score(value)}</b>{vs}")
+    fmt, fmt0 = (cur.get("task") or {}).get("format_compliance"), (base.get("task") or {}).get("format_compliance")
+    if _finite(fmt):  # answers with a number inside <answer></answer> (tasks with reference answers)
+        vs = f" ({(fmt - fmt0) * 100:+.0f} points vs step {base['step']})" if i > 0 and _finite(fmt0) else ""
+        head.append(f"<span class='gs-format'>format compliance <b>{fmt:.0%}</b>{vs}</span>")
     if _finite(cur.get("seconds")):
         head.append(f"probe took {cur['seconds']:.1f} s")
     legend = (f"Compared with step {prev['step']}: <ins>new words</ins> <del>removed words</del>" if prev else
