@@ -27,9 +27,10 @@ ARITHMETIC_SYSTEM = (
     "inside <answer></answer>."
 )
 # One worked exchange opens every Arithmetic prompt. The 135M model never wrote the tags from the instruction
-# alone (0 of 64 sampled answers, in the system or the user turn); after one example turn, about a third of its
-# sampled answers carry <answer>...</answer>, enough for GRPO to have something to reinforce.
-ARITHMETIC_EXAMPLE = ("Calculate 4 + 3 × 2", "<think>3 × 2 = 6, 4 + 6 = 10</think><answer>10</answer>")
+# alone (0 of 64 sampled answers, with it in the system or the user turn); after this example, 30 of 32 greedy
+# held-out answers carry them. A two-step example ("4 + 3 × 2") made it add a spurious second step to one-step
+# problems: 1 of 32 held-out answers right, against 4 of 32 with this one.
+ARITHMETIC_EXAMPLE = ("Calculate 12 + 7", "<think>12 + 7 = 19</think><answer>19</answer>")
 ARITHMETIC_SIZE = 400
 ARITHMETIC_SEED = 1234  # fixed: the set is the same for every run; the run seed only shuffles it
 MAX_FILE_BYTES = 50 * 1024 * 1024

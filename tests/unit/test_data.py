@@ -117,6 +117,6 @@ def test_arithmetic_prompts_open_with_one_worked_example():
     rows = arithmetic_rows()
     first = rows[0]["prompt"]
     assert [m["role"] for m in first] == ["system", "user", "assistant", "user"]
-    assert "<answer>" in first[0]["content"] and first[2]["content"].endswith("<answer>10</answer>")
+    assert "<answer>" in first[0]["content"] and first[2]["content"].endswith("<answer>19</answer>")
     assert len({r["prompt"][-1]["content"] for r in rows}) > 300  # the last turn is the problem itself
     assert arithmetic_rows("Be terse.")[0]["prompt"][0]["content"] == "Be terse."
