@@ -63,9 +63,14 @@ def batch_advantages(rewards: Sequence[float | None], group_size: int, scale: bo
 
 
 def weighted_totals(per_reward: dict[str, Sequence[float | None]], weights: dict[str, float]) -> list[float | None]:
-    """Weighted sum per completion, skipping missing values; None when every reward is missing."""
-    names = list(per_reward)
-    n = len(per_reward[names[0]]) if names else 0
+    """Weighted sum per completion, skipping missing values; None when every reward is missing. Monitors
+    (weight 0) are left out, as in the trainer: a completion only they could score has no total.
+
+    >>> weighted_totals({"correct": [1.0, None], "monitor": [5.0, 5.0]}, {"correct": 2.0, "monitor": 0.0})
+    [2.0, None]
+    """
+    names = [k for k in per_reward if weights.get(k, 1.0) != 0]
+    n = len(next(iter(per_reward.values()))) if per_reward else 0
     totals: list[float | None] = []
     for i in range(n):
         parts = [per_reward[k][i] * weights.get(k, 1.0) for k in names if per_reward[k][i] is not None

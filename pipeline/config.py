@@ -55,7 +55,9 @@ class RewardSpec:
     """One reward function in the run, with its weight and parameters."""
 
     name: str = field(metadata=_help("Registered reward name, e.g. 'length_target'."))
-    weight: float = field(default=1.0, metadata=_help("Multiplier applied before rewards are summed."))
+    weight: float = field(default=1.0, metadata=_help(
+        "Multiplier applied before rewards are summed. 0 makes the reward a monitor: scored, charted and shown "
+        "in the group inspector, but left out of the advantage (watch for a trained reward gaming it)."))
     params: dict[str, Any] = field(default_factory=dict, metadata=_help("Reward-specific parameters."))
 
 
@@ -69,6 +71,8 @@ class DatasetSpec:
     answer_column: str = field(default="", metadata=_help("Optional column with the reference answer."))
     system_prompt: str = field(default="", metadata=_help("Optional system message put before every prompt."))
     hub_id: str = field(default="", metadata=_help("Hub dataset id, for source=hub (needs network)."))
+    hub_config: str = field(default="", metadata=_help(
+        "Configuration (subset) of the hub dataset, e.g. 'main' for openai/gsm8k; empty when it has only one."))
     hub_split: str = field(default="train", metadata=_help("Split of the hub dataset."))
     limit: int = field(default=0, metadata=_help("Use at most this many rows (0 = all)."))
     eval_fraction: float = field(
@@ -409,6 +413,9 @@ class RunConfig:
 
         if not self.rewards:
             out.append("Switch on at least one reward function.")
+        elif all(_is_zero(s.weight) for s in self.rewards):
+            out.append("Every reward has weight 0: weight 0 makes a reward a monitor (charted, never trained on), "
+                       "so nothing would be learned. Give at least one reward a weight other than 0.")
         for spec in self.rewards:
             out.extend(reward_registry.problems(spec, allow_custom=allow_custom_rewards))
         needs_answer = [s.name for s in self.rewards if reward_registry.needs_answer(s.name)]
@@ -432,6 +439,13 @@ class RunConfig:
         return self
 
 
+def _is_zero(weight: Any) -> bool:
+    try:
+        return float(weight) == 0
+    except (TypeError, ValueError):  # a bad weight is reported by the reward registry
+        return False
+
+
 def field_help(cls: type, name: str) -> str:
     """Help text of a config field, for UI `info=`."""
     for f in dataclasses.fields(cls):
@@ -439,6 +453,15 @@ def field_help(cls: type, name: str) -> str:
             return f.metadata.get("help", "")
     raise KeyError(name)
 
+
+def _vllm_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+GSM8K_SYSTEM = ("Solve the math problem. Reason step by step inside <think></think>, then give only the final "
+                "number inside <answer></answer>.")
 
 # Presets are short diffs against the defaults (nanoGPT style). The defaults are the Quick CPU demo.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -448,6 +471,42 @@ PRESETS: dict[str, dict[str, Any]] = {
     "Seed 000 pair (length + diversity)": {
         "rewards": [RewardSpec("length_target", 1.0, {"target": 50, "unit": "chars"}),
                     RewardSpec("token_diversity", 1.0, {})],
+    },
+    # A verifiable task (seeds 002/003): correctness on the bundled arithmetic set plus partial credit for the
+    # <think>/<answer> tags; strict_format at weight 0 is a monitor (charted, never in the advantage).
+    # Rewards are listed in the registry's order, the order the Train form's table gives them back in.
+    "Arithmetic: correctness + format": {
+        "dataset": DatasetSpec(source="arithmetic"),
+        "rewards": [RewardSpec("strict_format", 0.0, {}), RewardSpec("incremental_format", 1.0, {}),
+                    RewardSpec("numeric_tolerance", 2.0, {})],
+        "num_generations": 8,  # the base model gets ~1 in 10 right: 8 tries make a right and a wrong more likely
+        "batch_size": 16,
+        "max_completion_length": 40,  # "<think>13 + 5 × 8 = 53</think><answer>53</answer>" is ~30 tokens
+        "max_steps": 16,
+    },
+    # The classic GRPO run (DeepSeek-R1 style) on a GPU: GSM8K word problems, correctness + format, vLLM
+    # generation when it is installed. Online only: the model and the dataset come from the Hub.
+    "GSM8K on GPU: Qwen2.5-0.5B-Instruct": {
+        "model": "Qwen/Qwen2.5-0.5B-Instruct",
+        "dataset": DatasetSpec(source="hub", hub_id="openai/gsm8k", hub_config="main", hub_split="train",
+                               prompt_column="question", answer_column="answer", system_prompt=GSM8K_SYSTEM),
+        # The reference's last number is the answer ("... #### 72"), which numeric_tolerance reads.
+        "rewards": [RewardSpec("strict_format", 0.5, {}), RewardSpec("incremental_format", 0.5, {}),
+                    RewardSpec("numeric_tolerance", 2.0, {})],
+        "num_generations": 8,
+        "batch_size": 32,  # 4 prompts a step
+        "learning_rate": 5e-5,  # as GPU standard: a LoRA takes ~10x a full fine-tune's rate
+        "lr_scheduler": "cosine",
+        "warmup_steps": 10,
+        "lora_r": 32,
+        "lora_alpha": 64,
+        "max_completion_length": 512,  # room for worked reasoning
+        "max_steps": 250,
+        "gradient_checkpointing": True,
+        "fast_engine": False,  # TRL's own generation path (vLLM or transformers)
+        "use_vllm": _vllm_installed(),
+        "probe_every": 25,
+        "save_steps": 50,
     },
     "GPU standard": {
         "gradient_checkpointing": True,
@@ -465,6 +524,7 @@ def apply_preset(config: RunConfig, preset: str) -> RunConfig:
     if preset not in PRESETS:
         raise ConfigError(f"Unknown preset '{preset}'. Choose one of: {', '.join(PRESETS)}.")
     changes = dict(PRESETS[preset])
-    if "rewards" not in changes:  # a preset without rewards puts the default rewards back
-        changes["rewards"] = RunConfig().rewards
+    defaults = RunConfig()
+    for key in ("model", "dataset", "rewards"):  # a preset without them puts the defaults back: they go together
+        changes.setdefault(key, getattr(defaults, key))
     return dataclasses.replace(config, **{k: copy.deepcopy(v) for k, v in changes.items()})

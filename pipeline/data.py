@@ -26,6 +26,11 @@ ARITHMETIC_SYSTEM = (
     "Solve the problem. Think briefly inside <think></think>, then give only the final number "
     "inside <answer></answer>."
 )
+# One worked exchange opens every Arithmetic prompt. The 135M model never wrote the tags from the instruction
+# alone (0 of 64 sampled answers, with it in the system or the user turn); after this example, 30 of 32 greedy
+# held-out answers carry them. A two-step example ("4 + 3 × 2") made it add a spurious second step to one-step
+# problems: 1 of 32 held-out answers right, against 4 of 32 with this one.
+ARITHMETIC_EXAMPLE = ("Calculate 12 + 7", "<think>12 + 7 = 19</think><answer>19</answer>")
 ARITHMETIC_SIZE = 400
 ARITHMETIC_SEED = 1234  # fixed: the set is the same for every run; the run seed only shuffles it
 MAX_FILE_BYTES = 50 * 1024 * 1024
@@ -116,8 +121,15 @@ def arithmetic_problems(n: int = ARITHMETIC_SIZE, seed: int = ARITHMETIC_SEED) -
 
 
 def arithmetic_rows(system_prompt: str = "") -> list[dict]:
-    return [{"prompt": chat(q, system_prompt or ARITHMETIC_SYSTEM), "answer": str(a)}
-            for q, a in arithmetic_problems()]
+    """Chat prompts: the system message, the worked example (a user turn and its answer), then the problem.
+
+    >>> [m["role"] for m in arithmetic_rows()[0]["prompt"]]
+    ['system', 'user', 'assistant', 'user']
+    """
+    opening = [{"role": "system", "content": system_prompt or ARITHMETIC_SYSTEM},
+               {"role": "user", "content": ARITHMETIC_EXAMPLE[0]},
+               {"role": "assistant", "content": ARITHMETIC_EXAMPLE[1]}]
+    return [{"prompt": [*opening, {"role": "user", "content": q}], "answer": str(a)} for q, a in arithmetic_problems()]
 
 
 # ---- user files ---------------------------------------------------------------------------------
@@ -226,15 +238,19 @@ def file_rows(spec: DatasetSpec) -> list[dict]:
 
 
 def hub_rows(spec: DatasetSpec) -> list[dict]:
-    from pipeline.hub import require_hub
-
-    require_hub(f"dataset '{spec.hub_id}'", "Use the bundled TL;DR or Arithmetic set, or upload a CSV/JSONL file.")
-    import datasets  # heavy: only when a hub dataset is asked for
+    from pipeline.hub import HubUnreachable, require_hub
 
     try:
-        ds = datasets.load_dataset(spec.hub_id, split=spec.hub_split)
+        require_hub(f"dataset '{spec.hub_id}'", "Use the bundled TL;DR or Arithmetic set, or upload a CSV/JSONL file.")
+    except HubUnreachable as exc:  # a DatasetError, so the pre-flight check and the trainer report it as one
+        raise DatasetError(str(exc)) from None
+    import datasets  # heavy: only when a hub dataset is asked for
+
+    where = f"split '{spec.hub_split}'" + (f", config '{spec.hub_config}'" if spec.hub_config else "")
+    try:
+        ds = datasets.load_dataset(spec.hub_id, spec.hub_config or None, split=spec.hub_split)
     except Exception as exc:  # noqa: BLE001 - report any loader failure plainly
-        raise DatasetError(f"Hub dataset '{spec.hub_id}' (split '{spec.hub_split}') could not be loaded: {exc}") from None
+        raise DatasetError(f"Hub dataset '{spec.hub_id}' ({where}) could not be loaded: {exc}") from None
     records = [dict(r) for r in ds]
     return rows_from_records(records, list(ds.column_names), spec, spec.hub_id)
 

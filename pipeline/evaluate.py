@@ -67,6 +67,9 @@ def report(result: dict) -> str:
         if result["base"]["task"]["kind"] == "summary":
             extra = (f" (grounded {result['base']['task']['grounded']:.2f} -> {result['tuned']['task']['grounded']:.2f}, "
                      f"on topic {result['base']['task']['on_topic']:.0%} -> {result['tuned']['task']['on_topic']:.0%})")
+        if "format_compliance" in result["base"]["task"]:
+            extra = (f" (format compliance {result['base']['task']['format_compliance']:.0%} -> "
+                     f"{result['tuned']['task']['format_compliance']:.0%})")
         lines.append(f"task metric, not a reward: {hb[0]} base {hb[1]:.3f}, tuned {ht[1]:.3f}{extra}")
     return "\n".join(lines)
 

@@ -1,11 +1,14 @@
 """Warning signs of a sick GRPO run (seed 002's table), read from metrics.jsonl rows and, for the
-held-out check, from the probe lines in evals.jsonl.
+held-out check, from the probe lines in evals.jsonl. Monitor rewards (weight 0, TRL #3018) back the
+reward-hacking check: a trained reward that climbs while a monitor drops.
 
 Each warning says what is wrong and the fix to try. Pure Python.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
 
 KL_LIMIT = 0.5
@@ -70,6 +73,65 @@ def held_out_divergence(rows: list[dict], evals: list[dict]) -> Warning_ | None:
         "add a reward for the real task (e.g. correctness, or a penalty for what the model is exploiting).")
 
 
+def reward_weights(rows: list[dict]) -> dict[str, float]:
+    """Each reward's weight, as the newest metrics row that records them says ({} for runs from before)."""
+    for r in reversed(rows):
+        if isinstance(r.get("reward_weights"), dict):
+            return r["reward_weights"]
+    return {}
+
+
+def _reward_change(rows: list[dict], name: str) -> tuple[float, float, float] | None:
+    """(mean of the first WINDOW rows, mean of the last WINDOW rows, pooled std of the two windows) of one
+    reward's per-step mean over `rows` (2 x WINDOW steps); None when a step lacks it."""
+    vals = [((r.get("rewards") or {}).get(name) or {}).get("mean") for r in rows]
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals):
+        return None
+    before, after = vals[:WINDOW], vals[-WINDOW:]
+    noise = math.sqrt((statistics.pvariance(before) + statistics.pvariance(after)) / 2)
+    return statistics.fmean(before), statistics.fmean(after), noise
+
+
+def _moved(change: tuple[float, float, float] | None, sign: int) -> bool:
+    """Whether the reward moved in the direction `sign` (+1 up, -1 down) by more than its step-to-step noise."""
+    if change is None:
+        return False
+    before, after, noise = change
+    return sign * (after - before) > max(noise, 1e-9)
+
+
+def reward_hacking(rows: list[dict]) -> Warning_ | None:
+    """A trained reward (weight > 0) rises while a monitor (weight 0) falls, each by more than its noise,
+    comparing the last WINDOW steps with the WINDOW steps before them.
+
+    >>> up = [{"step": s, "reward_weights": {"format": 1.0, "strict": 0.0},
+    ...        "rewards": {"format": {"mean": 0.1 * s}, "strict": {"mean": 1.0 - 0.1 * s}}} for s in range(1, 7)]
+    >>> reward_hacking(up).key
+    'reward_hacking'
+    >>> reward_hacking(up[:5]) is None  # five steps are not two windows yet
+    True
+    """
+    weights = reward_weights(rows)
+    recent = rows[-2 * WINDOW:]
+    if len(recent) < 2 * WINDOW or not weights:
+        return None
+    trained = [n for n, w in weights.items() if w > 0]
+    monitors = [n for n, w in weights.items() if w == 0]
+    rising = [(n, _reward_change(recent, n)) for n in trained if _moved(_reward_change(recent, n), +1)]
+    falling = [(n, _reward_change(recent, n)) for n in monitors if _moved(_reward_change(recent, n), -1)]
+    if not rising or not falling:
+        return None
+    (up, (u0, u1, _)), (down, (d0, d1, _)) = rising[0], falling[0]
+    first, last = recent[0].get("step"), recent[-1].get("step")
+    return Warning_(
+        "reward_hacking", "A trained reward rises while a monitor falls",
+        f"From step {first} to {last} the trained reward {up} rose from {u0:.3g} to {u1:.3g}, while the monitor "
+        f"{down} (weight 0: scored, never trained on) fell from {d0:.3g} to {d1:.3g}. The model may be gaming "
+        f"{up} (reward hacking) rather than doing what {down} checks.",
+        f"Open the group inspector and compare completions that score high on {up} with their {down} score; "
+        f"tighten {up} or give {down} a weight, or lower the learning rate or raise beta.")
+
+
 def health_warnings(rows: list[dict], evals: list[dict] | None = None) -> list[Warning_]:
     """Warnings for the latest steps. Needs WINDOW steps before judging trends (and PROBE_WINDOW
     probes, from evals.jsonl, before comparing train and held-out reward).
@@ -113,6 +175,9 @@ def health_warnings(rows: list[dict], evals: list[dict] | None = None) -> list[W
                 f"Token entropy fell from {start:.2f} to {now:.2f}: the model is becoming deterministic and the "
                 "group will stop varying.",
                 "Raise the temperature, lower the learning rate, or add token_diversity."))
+    hacking = reward_hacking(rows)
+    if hacking:
+        out.append(hacking)
     diverging = held_out_divergence(rows, evals or [])
     if diverging:
         out.append(diverging)

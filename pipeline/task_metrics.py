@@ -72,16 +72,30 @@ def summary_scores(answer: str, post: str) -> dict[str, float]:
     return {"grounded": round(grounded, 4), "on_topic": on_topic, "summary_score": round(grounded * on_topic, 4)}
 
 
+def answer_parses(completion: str) -> bool:
+    """Whether the answer gives a number inside <answer></answer> (the last such tag counts).
+
+    >>> [answer_parses(t) for t in ["<think>2+2</think><answer> 4 </answer>", "<answer>four</answer>", "4", "<answer>4"]]
+    [True, False, False, False]
+    """
+    from pipeline.rewards.text import ANSWER_TAG, parse_number
+
+    tagged = ANSWER_TAG.findall(completion or "")
+    return bool(tagged) and parse_number(tagged[-1]) is not None
+
+
 def task_metrics(rows: list[dict], completions: list[str]) -> dict[str, Any] | None:
     """Mean task metrics over held-out rows, or None when the dataset has no task metric.
 
     TL;DR rows carry their post under "source". Rows with a reference "answer" get exact-number
-    accuracy (seed 003's correctness, scored here whether or not the run used it as a reward).
+    accuracy (seed 003's correctness, scored here whether or not the run used it as a reward) and
+    format compliance: the share of answers with a number inside <answer></answer>.
 
     >>> task_metrics([{"source": "Bike lanes on Harper Street."}], ["Harper Street gets bike lanes."])
     {'kind': 'summary', 'grounded': 1.0, 'on_topic': 1.0, 'summary_score': 1.0, 'per_prompt': [1.0]}
-    >>> task_metrics([{"answer": "14"}, {"answer": "3"}], ["<answer>14</answer>", "5"])["accuracy"]
-    0.5
+    >>> m = task_metrics([{"answer": "14"}, {"answer": "3"}], ["<answer>14</answer>", "5"])
+    >>> m["accuracy"], m["format_compliance"]
+    (0.5, 0.5)
     >>> task_metrics([{"prompt": []}], ["x"]) is None
     True
     """
@@ -96,7 +110,9 @@ def task_metrics(rows: list[dict], completions: list[str]) -> dict[str, Any] | N
         from pipeline.rewards import NumericTolerance
 
         hits = NumericTolerance()(completions, answer=[r["answer"] for r in rows])
-        return {"kind": "accuracy", "accuracy": round(statistics.fmean(hits), 4), "per_prompt": hits}
+        formatted = [1.0 if answer_parses(c) else 0.0 for c in completions]
+        return {"kind": "accuracy", "accuracy": round(statistics.fmean(hits), 4),
+                "format_compliance": round(statistics.fmean(formatted), 4), "per_prompt": hits}
     return None
 
 

@@ -123,6 +123,10 @@ def make_trainer_class():
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                 compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
 
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            return hide_monitors_of_unscored(rewards_per_func, self.reward_weights)
+
         def _generate_and_score_completions(self, inputs):
             t0 = time.time()
             try:
@@ -164,6 +168,23 @@ def make_trainer_class():
     return StudioGRPOTrainer
 
 
+def hide_monitors_of_unscored(rewards_per_func, weights):
+    """Monitor rewards (weight 0) are scored and charted but must leave every advantage as it would be
+    without them. TRL multiplies by the weights, so a monitor adds exactly 0 to each total, except in one
+    case: TRL leaves a completion out of its group's mean and std (advantage 0) only when *every* reward
+    is missing (NaN), and a monitor's score would make a completion that no trained reward could score
+    count as a 0 total. So where every trained reward is missing, the monitors' scores are dropped too.
+    `rewards_per_func` is (completions x rewards), changed in place and returned."""
+    import torch
+
+    monitor = (weights == 0).to(rewards_per_func.device)
+    if not monitor.any() or monitor.all():
+        return rewards_per_func
+    unscored = torch.isnan(rewards_per_func[:, ~monitor]).all(dim=1)
+    rewards_per_func[unscored.unsqueeze(1) & monitor.unsqueeze(0)] = torch.nan
+    return rewards_per_func
+
+
 def _clean(value):
     try:
         f = float(value)
@@ -195,7 +216,7 @@ def agree_to_stop(stop_event: threading.Event, device=None) -> bool:
 
 
 def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, guards: list[GuardedReward],
-                  keep_checkpoints: int = 0):
+                  keep_checkpoints: int = 0, weights: list[float] | None = None):
     from transformers import TrainerCallback
 
     class StudioCallback(TrainerCallback):
@@ -219,7 +240,7 @@ def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not state.is_world_process_zero or not logs or "reward" not in logs:
                 return
-            runs.append_jsonl(run_dir / "metrics.jsonl", metrics_row(logs, state, clock, guards))
+            runs.append_jsonl(run_dir / "metrics.jsonl", metrics_row(logs, state, clock, guards, weights))
             runs.write_status(run_dir, "running", step=state.global_step, max_steps=state.max_steps)
 
         def on_save(self, args, state, control, **kwargs):
@@ -233,8 +254,10 @@ def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, 
     return StudioCallback()
 
 
-def metrics_row(logs: dict, state, clock: StepClock, guards: list[GuardedReward]) -> dict:
-    """One metrics.jsonl line from TRL's log dict."""
+def metrics_row(logs: dict, state, clock: StepClock, guards: list[GuardedReward],
+                weights: list[float] | None = None) -> dict:
+    """One metrics.jsonl line from TRL's log dict. It carries each reward's weight, so that a reader (the
+    health check, the charts) can tell trained rewards from monitors (weight 0) without the config."""
     step = state.global_step
     per_step = clock.session_step_seconds / max(clock.steps_done_this_session, 1)
     remaining = max(state.max_steps - step, 0)
@@ -252,6 +275,7 @@ def metrics_row(logs: dict, state, clock: StepClock, guards: list[GuardedReward]
         "reward": _clean(logs.get("reward")),
         "reward_std": _clean(logs.get("reward_std")),
         "rewards": rewards,
+        "reward_weights": {g.__name__: w for g, w in zip(guards, weights)} if weights is not None else None,
         "kl": _clean(logs.get("kl")),
         "loss": _clean(logs.get("loss")),
         "entropy": _clean(logs.get("entropy")),
@@ -496,7 +520,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, model_path: str, tokenizer, dev
         train_dataset=Dataset.from_list(train_rows),
         peft_config=lora,
         # Probes come after the studio callback so they see a Stop request (a probe at the last step).
-        callbacks=[make_callback(run_dir, clock, stop_event, guards, cfg.keep_checkpoints),
+        callbacks=[make_callback(run_dir, clock, stop_event, guards, cfg.keep_checkpoints, weights),
                    *make_probe_callbacks(run_dir, cfg, tokenizer, eval_rows, allow_custom_rewards)],
     )
     trainer.studio_clock = clock

@@ -25,7 +25,8 @@ SOURCES = {
 }
 SOURCE_LABELS = {v: k for k, v in SOURCES.items()}
 # The prompt fields the form sets (DatasetSpec names); limit and eval_fraction keep their defaults.
-DATASET_KEYS = ("source", "path", "prompt_column", "answer_column", "system_prompt", "hub_id", "hub_split")
+DATASET_KEYS = ("source", "path", "prompt_column", "answer_column", "system_prompt", "hub_id", "hub_config",
+                "hub_split")
 REWARD_COLUMNS = ["use", "reward", "weight", "params (JSON)"]
 
 
@@ -143,6 +144,7 @@ def form_to_config(values: Mapping[str, Any], cls: type[RunConfig] = RunConfig) 
         answer_column=(values["answer_column"] or "") if columns else "",
         system_prompt=values["system_prompt"] or "",
         hub_id=(values["hub_id"] or "").strip() if source == "hub" else "",
+        hub_config=(values["hub_config"] or "").strip() if source == "hub" else "",
         hub_split=(values["hub_split"] or "train").strip(),
     )
     defaults = cls()

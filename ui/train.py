@@ -53,6 +53,8 @@ def reward_docs() -> str:
     for d in reward_registry.describe():
         params = ", ".join(f"`{k}` ({p['help']})" for k, p in d["params"].items()) or "none"
         lines.append(f"| `{d['name']}` | {d['description']} | {params} |")
+    lines.append("\nWeight 0 makes a reward a **monitor**: scored, charted and shown in the group inspector, but "
+                 "left out of the advantage. A warning shows when a trained reward rises while a monitor falls.")
     return "\n".join(lines)
 
 
@@ -462,9 +464,10 @@ def delete_run(name: str | None, confirmed: bool):
 
 
 def fill_preset(name: str, allow_custom: bool = False) -> dict[str, Any]:
-    """A preset fills the settings and the rewards table (seed 000's pair is a preset): {form key: value}."""
+    """A preset fills the whole form but an uploaded file's path: model, prompts, the rewards table (seed 000's
+    pair is a preset) and the settings. {form key: value}."""
     values = config_to_form(apply_preset(RunConfig(), name), allow_custom=allow_custom)
-    return {key: values[key] for key in ("rewards", *HYPER_FIELDS)}
+    return {key: value for key, value in values.items() if key != "path"}
 
 
 # ---- layout ------------------------------------------------------------------------------------
@@ -493,6 +496,7 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
                 with gr.Group(visible=False) as hub_box:
                     with gr.Row():
                         hub_id = gr.Textbox(label="Hub dataset id", placeholder="mlabonne/smoltldr")
+                        hub_config = gr.Textbox(label="Config (subset)", placeholder="e.g. main (optional)")
                         hub_split = gr.Textbox(label="Split", value="train")
                 system = gr.Textbox(label="System prompt (optional)", lines=2,
                                     placeholder="Leave empty for the dataset's default instruction.")
@@ -503,7 +507,7 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
                 gr.Markdown("### 2. Rewards")
                 rewards = gr.Dataframe(value=reward_rows(allow_custom=allow_custom), headers=REWARD_COLUMNS,
                                        datatype=["bool", "str", "number", "str"], interactive=True,
-                                       column_count=(4, "fixed"), label="Tick to use; set weight and parameters",
+                                       column_count=(4, "fixed"), label="Tick to use; set weight (0 = monitor) and parameters",
                                        elem_id="rewards-table")
                 with gr.Accordion("What each reward does", open=False):
                     gr.Markdown(reward_docs())
@@ -545,6 +549,7 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
                         for key, (title, _) in chart_items[i:i + 2]:
                             plots[f"plot_{key}"] = gr.LinePlot(None, x="step", y="value", color="series",
                                                                title=title, height=200, elem_id=f"plot-{key}")
+                gr.Markdown(views.LOSS_NOTE, elem_id="loss-note")
                 gr.Markdown("#### Completions over time\nThe same held-out prompts, answered greedily at step 0 "
                             "(the base model), every few steps and at the end. Pick a step to see its answers.")
                 probe_pick = gr.Radio(choices=views.probe_choices([]), value="latest", label="Probe step",
@@ -581,7 +586,7 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
         # the API takes: handlers get it as keyword arguments and ui.form.form_to_config turns it into a config.
         parts = {"model": model_choice, "model_custom": model_custom, "source": source, "path": stored_path,
                  "prompt_column": prompt_col, "answer_column": answer_col, "system_prompt": system,
-                 "hub_id": hub_id, "hub_split": hub_split, "rewards": rewards, **hyper}
+                 "hub_id": hub_id, "hub_config": hub_config, "hub_split": hub_split, "rewards": rewards, **hyper}
         form = {key: parts[key] for key in form_keys()}
         last_sig = gr.State(None)
         # The live view: the page's poll (LIVE_POLL_JS) presses this hidden button when the run files changed.
@@ -595,7 +600,7 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
         upload.upload(store_upload, upload, [stored_path, prompt_col, answer_col, upload_msg])
         preview_btn.click(preview_dataset, None, preview, inputs_kwargs=form, concurrency_id="model",
                           concurrency_limit=1)
-        preset_outputs = {"rewards": rewards, **hyper}
+        preset_outputs = {key: parts[key] for key in form_keys() if key != "path"}
         preset.change(keyed(lambda name: fill_preset(name, allow_custom), preset_outputs), preset,
                       list(preset_outputs.values()))
         check_btn.click(run_preflight, allow, message, inputs_kwargs=form, concurrency_id="model",

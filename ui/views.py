@@ -14,14 +14,32 @@ import pandas as pd
 from pipeline.advantages import STD_EPS, group_stats
 from pipeline.health import health_warnings
 
-# chart name -> (title, list of (series label, metrics key))
+# chart name -> (title, list of (series label, metrics key)); the Train tab lays them out two a row, in order.
 CHARTS = {
     "reward_std": ("Reward std (within groups)", [("reward std", "reward_std")]),
+    # "Why is my reward std 0?" (ms-swift #4512): a group whose G completions all score the same teaches nothing.
+    "frac_reward_zero_std": ("Share of groups with zero reward std (no signal)",
+                             [("share of groups", "frac_reward_zero_std")]),
     "kl": ("KL to reference", [("kl", "kl")]),
-    "loss": ("Loss", [("loss", "loss")]),
-    "completion_length": ("Mean completion length (tokens)", [("length", "completion_length")]),
     "entropy": ("Token entropy", [("entropy", "entropy")]),
+    "completion_length": ("Mean completion length (tokens)", [("length", "completion_length")]),
+    "loss": ("Loss (sits near 0 by design: watch the reward)", [("loss", "loss")]),
 }
+# Shown under the charts, next to the loss chart ("why is my loss 0?": TRL #3452, Unsloth #2291).
+LOSS_NOTE = ("**Why is the loss near 0?** By design. Each completion's advantage is its reward minus its group's "
+             "mean, so within a group the advantages add up to zero, and the loss they weight sits near 0 (off 0 "
+             "only because completions differ in length, plus beta × KL, which starts at 0). A flat loss does not "
+             "mean nothing is learned: watch the **Train reward** chart, and the share of groups with zero std "
+             "(those groups teach nothing).")
+
+
+def monitor_label(name: str, weights: dict | None) -> str:
+    """A reward's name, marked when its weight is 0 (a monitor: charted, not trained on).
+
+    >>> monitor_label("strict_format", {"strict_format": 0.0}), monitor_label("x", None)
+    ('strict_format (monitor, weight 0)', 'x')
+    """
+    return f"{name} (monitor, weight 0)" if (weights or {}).get(name, 1.0) == 0 else name
 COLUMNS = ["step", "value", "series"]
 
 
@@ -55,7 +73,7 @@ def reward_frame(rows: list[dict]) -> pd.DataFrame:
             data.append((r["step"], r["reward"], "total (weighted)"))
         for name, stats in (r.get("rewards") or {}).items():
             if _finite((stats or {}).get("mean")):
-                data.append((r["step"], stats["mean"], name))
+                data.append((r["step"], stats["mean"], monitor_label(name, r.get("reward_weights"))))
     return _frame(data)
 
 
@@ -154,13 +172,15 @@ def groups_html(record: dict | None) -> str:
         totals = [c.get("total") for c in items]
         mean, std = group_stats(totals)
         names = list(items[0]["rewards"]) if items else []
+        weights = record.get("weights") or {}
         scale = max([abs(c["advantage"]) for c in items if _finite(c.get("advantage"))] + [1e-9])
         prompt = group["prompt"]
         out.append(
             f"<details class='gs-group' open><summary>Prompt {gi}: {html.escape(prompt[-160:])}</summary>"
             f"<div class='gs-formula'>A = (total − mean) / (std + {STD_EPS:g}) &nbsp; mean = {mean:.3f}, "
             f"std = {std if _finite(std) else 0:.3f}</div><table class='gs-table'><tr><th>advantage</th><th></th>"
-            f"<th>total</th>" + "".join(f"<th>{html.escape(n)}</th>" for n in names) + "<th>completion</th></tr>")
+            f"<th>total</th>" + "".join(f"<th>{html.escape(monitor_label(n, weights))}</th>" for n in names)
+            + "<th>completion</th></tr>")
         for c in sorted(items, key=lambda c: -(c.get("advantage") or 0)):
             adv = c.get("advantage") or 0.0
             cls = "pos" if adv > 0 else "neg" if adv < 0 else "zero"
@@ -316,6 +336,10 @@ def probes_html(evals: list[dict], pick=None, cfg: dict | None = None, state: st
         shown = i > 0 and _finite(value) and _finite(first)
         vs = f" ({_signed(value - first)} vs step {base['step']})" if shown else ""
         head.append(f"{key} <b>{_score(value)}</b>{vs}")
+    fmt, fmt0 = (cur.get("task") or {}).get("format_compliance"), (base.get("task") or {}).get("format_compliance")
+    if _finite(fmt):  # answers with a number inside <answer></answer> (tasks with reference answers)
+        vs = f" ({(fmt - fmt0) * 100:+.0f} points vs step {base['step']})" if i > 0 and _finite(fmt0) else ""
+        head.append(f"<span class='gs-format'>format compliance <b>{fmt:.0%}</b>{vs}</span>")
     if _finite(cur.get("seconds")):
         head.append(f"probe took {cur['seconds']:.1f} s")
     legend = (f"Compared with step {prev['step']}: <ins>new words</ins> <del>removed words</del>" if prev else

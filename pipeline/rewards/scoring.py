@@ -23,8 +23,8 @@ def build_rewards(specs, policy: str = "fail", allow_custom: bool = False,
 
 
 def reward_maximum(funcs: list[Callable], weights: list[float]) -> float | None:
-    """Best possible weighted total, or None when a reward declares no maximum (or has a negative weight,
-    whose best is the reward's minimum).
+    """Best possible weighted total, or None when a trained reward declares no maximum (or has a negative
+    weight, whose best is the reward's minimum). Monitors (weight 0) add nothing, whatever they declare.
 
     >>> from pipeline.rewards import CustomPython, LengthTarget, TokenDiversity
     >>> reward_maximum([LengthTarget(), TokenDiversity()], [1.0, 1.0])
@@ -34,6 +34,8 @@ def reward_maximum(funcs: list[Callable], weights: list[float]) -> float | None:
     """
     total = 0.0
     for f, w in zip(funcs, weights):
+        if w == 0:
+            continue
         best = getattr(f, "max_value", None)
         if best is None or w < 0:
             return None

@@ -92,3 +92,31 @@ def test_hub_dataset_offline_fails_fast(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(Exception, match="Can't reach the Hugging Face Hub.*bundled"):
         load_dataset_split(DatasetSpec(source="hub", hub_id="mlabonne/smoltldr"), seed=0)
+
+
+def test_gsm8k_preset_fails_fast_and_plainly_offline(monkeypatch):
+    """The GPU preset is online only: offline, its dataset and its model each say so within seconds."""
+    import time
+
+    from pipeline.config import RunConfig, apply_preset
+    from pipeline.models import ModelError, resolve_model
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent-cache")  # a cached copy would (rightly) load offline
+    cfg = apply_preset(RunConfig(), "GSM8K on GPU: Qwen2.5-0.5B-Instruct")
+    start = time.time()
+    with pytest.raises(DatasetError, match="Can't reach the Hugging Face Hub to fetch dataset 'openai/gsm8k' "
+                                           r"\(offline mode is set.*bundled TL;DR or Arithmetic"):
+        load_dataset_split(cfg.dataset, cfg.seed)
+    with pytest.raises(ModelError, match="Can't reach the Hugging Face Hub to fetch model 'Qwen/Qwen2.5-0.5B"):
+        resolve_model(cfg.model)
+    assert time.time() - start < 5
+
+
+def test_arithmetic_prompts_open_with_one_worked_example():
+    rows = arithmetic_rows()
+    first = rows[0]["prompt"]
+    assert [m["role"] for m in first] == ["system", "user", "assistant", "user"]
+    assert "<answer>" in first[0]["content"] and first[2]["content"].endswith("<answer>19</answer>")
+    assert len({r["prompt"][-1]["content"] for r in rows}) > 300  # the last turn is the problem itself
+    assert arithmetic_rows("Be terse.")[0]["prompt"][0]["content"] == "Be terse."

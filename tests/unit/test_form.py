@@ -137,3 +137,24 @@ def test_bad_reward_params_are_plain_errors():
 def test_unticked_rows_are_ignored_and_strings_from_the_browser_count():
     specs = rewards_from_rows([["false", "length_target", 1, ""], ["true", "token_diversity", 1, ""]])
     assert [s.name for s in specs] == ["token_diversity"]
+
+
+def test_a_ticked_reward_at_weight_0_is_a_monitor_the_config_accepts():
+    """Weight 0 in the table (a number or the string the browser may send) keeps the reward, as a monitor."""
+    specs = rewards_from_rows([[True, "numeric_tolerance", 1, ""], [True, "strict_format", "0", ""]])
+    assert [(s.name, s.weight) for s in specs] == [("numeric_tolerance", 1.0), ("strict_format", 0.0)]
+    cfg = RunConfig(rewards=specs, dataset=DatasetSpec(source="arithmetic"))
+    assert cfg.problems() == []
+    only_monitors = RunConfig(rewards=[RewardSpec("strict_format", 0.0)], dataset=DatasetSpec(source="arithmetic"))
+    assert any("Every reward has weight 0" in p for p in only_monitors.problems())
+
+
+def test_a_preset_fills_model_and_prompts_too():
+    """The task presets carry their data; picking the Quick CPU demo after one puts TL;DR back."""
+    arithmetic = config_to_form(apply_preset(RunConfig(), "Arithmetic: correctness + format"))
+    assert arithmetic["source"] == "Arithmetic (bundled)"
+    gsm8k = form_to_config(config_to_form(apply_preset(RunConfig(), "GSM8K on GPU: Qwen2.5-0.5B-Instruct")))
+    assert (gsm8k.model, gsm8k.dataset.hub_id, gsm8k.dataset.hub_config, gsm8k.dataset.answer_column) == \
+        ("Qwen/Qwen2.5-0.5B-Instruct", "openai/gsm8k", "main", "answer")
+    back = apply_preset(apply_preset(RunConfig(), "Arithmetic: correctness + format"), "Quick CPU demo")
+    assert back.dataset == RunConfig().dataset and back.rewards == RunConfig().rewards

@@ -84,3 +84,32 @@ def test_empty_states_explain_what_will_appear():
 
 def test_bench_summary_flags_equal_group():
     assert "teach the model nothing" in views.bench_summary([1.0, 1.0, 1.0])
+
+
+def hacking_history(format_means, strict_means, weights=None):
+    """Metrics rows of a run that trains incremental_format and watches strict_format at weight 0."""
+    weights = {"incremental_format": 1.0, "strict_format": 0.0} if weights is None else weights
+    return [row(step, reward_weights=weights, rewards={"incremental_format": {"mean": f}, "strict_format": {"mean": s}})
+            for step, (f, s) in enumerate(zip(format_means, strict_means), 1)]
+
+
+def test_reward_hacking_fires_when_a_trained_reward_rises_while_a_monitor_falls():
+    rows = hacking_history([0.20, 0.25, 0.30, 0.60, 0.65, 0.70], [0.50, 0.45, 0.50, 0.20, 0.15, 0.10])
+    warnings = health_warnings(rows)
+    assert [w.key for w in warnings] == ["reward_hacking"]
+    assert "incremental_format rose from 0.25 to 0.65" in warnings[0].detail
+    assert "strict_format (weight 0" in warnings[0].detail and "fell from 0.483 to 0.15" in warnings[0].detail
+    assert "A trained reward rises while a monitor falls" in views.health_html(rows)
+
+
+def test_reward_hacking_stays_quiet_otherwise():
+    up, down, flat = [0.2, 0.25, 0.3, 0.6, 0.65, 0.7], [0.5, 0.45, 0.5, 0.2, 0.15, 0.1], [0.4] * 6
+    noisy_down = [0.5, 0.1, 0.5, 0.4, 0.0, 0.4]  # lower, but within its step-to-step noise
+    assert keys(hacking_history(up, up)) == []  # both rise: learning
+    assert keys(hacking_history(up, flat)) == []
+    assert keys(hacking_history(flat, down)) == []  # the monitor falls, but nothing trained rises
+    assert keys(hacking_history(up, noisy_down)) == []
+    assert keys(hacking_history(up[1:], down[1:])) == []  # five steps: not two windows yet
+    both_trained = {"incremental_format": 1.0, "strict_format": 0.5}
+    assert keys(hacking_history(up, down, both_trained)) == []  # no monitor: a trade-off GRPO may make
+    assert keys([{k: v for k, v in r.items() if k != "reward_weights"} for r in hacking_history(up, down)]) == []

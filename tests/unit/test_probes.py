@@ -201,3 +201,31 @@ def test_train_tab_reads_a_runs_probes_and_skips_when_nothing_changed():
     assert probe_view(run_dir.name, "latest", view["sig"]) is None  # the timer sends nothing
     assert "data-step='5'" in probe_view(run_dir.name, "5", view["sig"])["panel"]
     assert probe_view("../etc", "latest")["plot"] is None  # only existing run folders are read
+
+
+def test_panel_shows_format_compliance_for_answers_with_a_reference():
+    rows = [{"prompt": [{"role": "user", "content": "Calculate 2 + 2"}], "answer": "4"},
+            {"prompt": [{"role": "user", "content": "Calculate 3 × 3"}], "answer": "9"}]
+    per = {"numeric_tolerance": [0.0, 0.0]}
+    evals = [probes.probe_record(0, rows, ["4", "nine"], per, [0.0, 0.0], seconds=1.0) | {"reward": 0.0},
+             probes.probe_record(5, rows, ["<think>2+2</think><answer>4</answer>", "<answer>6</answer>"], per,
+                                 [1.0, 0.0], seconds=1.0) | {"reward": 0.5}]
+    assert "format compliance <b>0%</b>" in views.probes_html(evals, "0", {}, "running")
+    assert "format compliance <b>100%</b> (+100 points vs step 0)" in views.probes_html(evals, "latest", {}, "running")
+    assert "format compliance" not in views.probes_html(EVALS, "latest", {}, "running")  # TL;DR: no answers
+
+
+def test_monitors_are_marked_in_the_reward_chart_and_the_group_inspector():
+    rows = [{"step": 1, "reward": 1.0, "reward_weights": {"correct": 1.0, "strict": 0.0},
+             "rewards": {"correct": {"mean": 1.0}, "strict": {"mean": 0.5}}}]
+    assert set(views.reward_frame(rows)["series"]) == {"total (weighted)", "correct", "strict (monitor, weight 0)"}
+    record = {"step": 1, "weights": {"correct": 1.0, "strict": 0.0}, "groups": [{"prompt": "p", "completions": [
+        {"completion": "a", "rewards": {"correct": 1.0, "strict": 0.0}, "total": 1.0, "advantage": 0.7},
+        {"completion": "b", "rewards": {"correct": 0.0, "strict": 1.0}, "total": 0.0, "advantage": -0.7}]}]}
+    assert "<th>strict (monitor, weight 0)</th>" in views.groups_html(record)
+
+
+def test_zero_std_share_is_charted():
+    rows = [{"step": 1, "frac_reward_zero_std": 0.5}, {"step": 2, "frac_reward_zero_std": 0.0}]
+    assert views.metric_frame(rows, "frac_reward_zero_std")["value"].tolist() == [0.5, 0.0]
+    assert "loss" in views.CHARTS and "near 0" in views.LOSS_NOTE and "Train reward" in views.LOSS_NOTE
