@@ -216,26 +216,25 @@ def _adapted_base_params(peft) -> list:
 def merged_adapter(model):
     """Fold a PEFT adapter into the base weights for the duration of the block (no-op otherwise).
 
-    The base weights come back bit for bit. PEFT merges in place in the weights' dtype (`w += delta`, later
-    `w -= delta`): in bf16 or fp16 each cycle rounds, and over a run the frozen base drifts (issue 20: 100
-    cycles in bf16 changed 15% of the bundled model's entries), moving the KL reference (the adapter
-    disabled) and ending up in merged/. So below fp32 the merge goes into copies and the original tensors
-    are put back; that costs one copy of the adapted weights while sampling. In fp32 the in-place round
-    trip is kept: its rounding (2^-24 relative per cycle) is far below anything training resolves.
+    The base weights come back bit for bit, in every dtype. PEFT merges in place (`w += delta`, later
+    `w -= delta`), and that round trip rounds: in bf16 100 cycles changed 15% of the bundled model's entries
+    (issue 20), and even in fp32 the GPU check saw 10% of the entries move by up to 2.6e-8 over 10 steps
+    (bench/results/gpu-device-check-2026-11-24.txt). Drift moves the KL reference (the adapter disabled) and
+    ends up in merged/. So the merge goes into copies and the original tensors are put back; that costs one
+    copy of the adapted weights while sampling (about 0.4 GB for the bundled model in fp32).
     A quantized (4-bit) base is never merged into: the LoRA branch runs.
     """
     peft = model.module if hasattr(model, "module") and not hasattr(model, "merge_adapter") else model
     if not (hasattr(peft, "merge_adapter") and single_process()):
         yield
         return
-    import torch
 
     params = _adapted_base_params(peft)
     if any(not p.is_floating_point() for p in params):
         yield
         return
-    # Below fp32: merge into copies and keep the originals aside (references, no copy).
-    originals = [(p, p.data) for p in params if p.dtype not in (torch.float32, torch.float64)]
+    # Merge into copies and keep the originals aside (references, no copy).
+    originals = [(p, p.data) for p in params]
     for p, data in originals:
         p.data = data.clone()
     peft.merge_adapter()

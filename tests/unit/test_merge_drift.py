@@ -6,9 +6,7 @@ random Llama stands in for the bundled model here (seconds, no conversion); the 
 bundled weights is in tests/integration/test_engine.py.
 """
 
-import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 
 
 def tiny_lora_model(dtype):
@@ -56,13 +54,13 @@ def test_bf16_base_weights_are_unchanged_after_merge_unmerge_cycles():
     assert share == 0, f"{share:.1%} of the bf16 base entries changed after 20 merge/unmerge cycles"
 
 
-def test_fp32_in_place_round_trip_stays_within_rounding():
+def test_fp32_base_weights_are_unchanged_after_merge_unmerge_cycles():
+    # fp32 rounds too: on the GPU check, 10 steps moved 10% of the entries by up to 2.6e-8.
     model = tiny_lora_model(torch.float32)
     before = base_weights(model)
     train_like_cycles(model, cycles=20)
-    after = dict(model.named_parameters())
-    worst = max(float((after[n] - w).abs().max() / w.abs().max()) for n, w in before.items())
-    assert worst < 1e-6, worst
+    share = changed_share(before, model)
+    assert share == 0, f"{share:.1%} of the fp32 base entries changed after 20 merge/unmerge cycles"
 
 
 def test_merged_sampling_uses_the_merged_weights_and_leaves_the_adapter_unmerged():
