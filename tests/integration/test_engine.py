@@ -2,8 +2,7 @@
 as TRL's fused-LM-head forward, and merged-adapter generation equals unmerged generation."""
 
 import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,7 @@ import math
 import random
 
 import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 
 G, PROMPTS = 4, 5
 N = G * PROMPTS
