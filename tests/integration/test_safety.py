@@ -69,6 +69,45 @@ def test_file_routes_refuse_traversal_and_private_files(app_url, secret, route):
         assert status in (400, 403, 404, 405, 422), (route, path, status)
 
 
+def test_blocked_paths_hold_inside_an_allowed_folder(studio_data, secret, monkeypatch):
+    """`blocked_paths` on its own. With the real settings a run's files are refused twice over (not in
+    `allowed_paths`, and blocked), so the test above passes without either layer alone. Here the launch also
+    allows the whole data directory, as a widened export folder would: a file beside the blocked folders is
+    then served, and the runs, uploads, models and LanceDB folders inside it must still be refused."""
+    import gradio as gr
+
+    real_launch = gr.Blocks.launch
+
+    def launch_allowing_the_data_folder(self, *args, **kwargs):
+        kwargs["allowed_paths"] = [*(kwargs.get("allowed_paths") or []), str(runs.data_dir())]
+        return real_launch(self, *args, **kwargs)
+
+    monkeypatch.setattr(gr.Blocks, "launch", launch_allowing_the_data_folder)
+    beside = runs.data_dir() / "served-note.txt"
+    beside.write_text("allowed-and-served")
+    private = [secret]
+    for folder in ("uploads", "models", "lancedb"):
+        path = runs.data_dir() / folder / "blocked-probe" / "private.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('{"secret": "s3cr3t-token"}')
+        private.append(path)
+    demo, url = serve_app()
+    try:
+        for route in ("/gradio_api/file=", "/gradio_api/file/"):
+            status, body = fetch(url.rstrip("/") + route + str(beside))
+            assert (status, body) == (200, b"allowed-and-served"), (route, status)  # the widening took
+            for path in private:
+                status, body = fetch(url.rstrip("/") + route + str(path))
+                assert b"s3cr3t-token" not in body, (route, str(path), status)
+                assert status == 403, (route, str(path), status)
+    finally:
+        demo.close()
+        beside.unlink()
+        for path in private[1:]:
+            path.unlink()
+            path.parent.rmdir()
+
+
 def test_uploads_over_the_limit_are_refused(app_url):
     def upload(size: int) -> tuple[int, bytes]:
         boundary = "studio-boundary"
@@ -196,20 +235,22 @@ def test_export_zip_is_downloadable(app_url, studio_data):
 
 @pytest.mark.parametrize("api_name", ["/store_upload", "/receive_upload"])
 def test_unexpected_file_types_are_refused_and_not_stored(app_url, tmp_path, api_name):
+    """Through the running app, Gradio's File component refuses the type before the tab's handler runs. The
+    tabs' own check behind it is tested by calling the handlers directly (tests/unit/test_upload_types.py)."""
     from gradio_client import Client, handle_file
 
+    from ui import rag as rag_ui
+    from ui import train as train_ui
+
+    accepted = {"/store_upload": train_ui.UPLOAD_TYPES, "/receive_upload": rag_ui.UPLOAD_TYPES}[api_name]
     uploads = runs.data_dir() / "uploads"
     before = set(uploads.iterdir()) if uploads.exists() else set()
     payload = tmp_path / "films.exe"
     payload.write_bytes(b"MZ\x90\x00not a table")
     client = Client(app_url, verbose=False)
-    try:
-        out = client.predict(handle_file(str(payload)), api_name=api_name)
-    except Exception as exc:  # Gradio's own file-type check may refuse it first
-        assert "type" in str(exc).lower() or "error" in str(exc).lower()
-    else:
-        messages = [o for o in out if isinstance(o, str) and "films.exe" in o]
-        assert messages and ".csv" in messages[0]
+    with pytest.raises(AppError, match=re.escape(
+            f"Invalid file type. Please upload a file that is one of these formats: {accepted}")):
+        client.predict(handle_file(str(payload)), api_name=api_name)
     after = set(uploads.iterdir()) if uploads.exists() else set()
     assert after == before
 
