@@ -9,7 +9,7 @@ import urllib.request
 from urllib.parse import quote
 
 import pytest
-from gradio_client.exceptions import AppError
+from gradio_client.exceptions import AppError, AuthenticationError
 
 from pipeline import runs
 
@@ -131,10 +131,18 @@ def test_login_is_enforced_when_asked(studio_data, tmp_path):
     try:
         status, _ = fetch(url.rstrip("/") + "/config")
         assert status == 401
-        with pytest.raises(Exception):
+        with pytest.raises(AuthenticationError) as refused:
             Client(url, verbose=False)
-        with pytest.raises(Exception):
-            Client(url, auth=("alice", "wrong"), verbose=False)
+        assert str(refused.value) == f"Could not load {url} as credentials were not provided. Please login."
+        # A wrong password, and a known user with another user's password: Gradio answers 400 "Incorrect
+        # credentials." (the client words that as a plain ValueError; 401 would be its AuthenticationError).
+        for user, password in (("alice", "wrong"), ("alice", "builder")):
+            status, body = fetch(url.rstrip("/") + "/login", data=f"username={user}&password={password}".encode(),
+                                 headers={"Content-Type": "application/x-www-form-urlencoded"})
+            assert (status, json.loads(body)) == (400, {"detail": "Incorrect credentials."}), (user, status, body)
+            with pytest.raises(ValueError) as refused:
+                Client(url, auth=(user, password), verbose=False)
+            assert (type(refused.value), str(refused.value)) == (ValueError, f"Could not login to {url}.")
         client = Client(url, auth=("bob", "builder"), verbose=False)
         _, summary = client.predict({"headers": ["use", "reward", "weight", "params (JSON)"], "data": []},
                                     "", "", "", "1,0", True, api_name="/score_candidates")
