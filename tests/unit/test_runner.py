@@ -223,3 +223,37 @@ def test_two_starts_at_once_start_one_run(own_runs, monkeypatch):
     finally:
         for run_dir in started:
             runner.stop_run(run_dir, grace_s=15)
+
+
+def _hold_start_lock_elsewhere(seconds: float) -> subprocess.Popen:
+    """Another process (a second app, a script) holding the start lock for `seconds`; returns once it holds it."""
+    code = ("import sys, time\n"
+            "from pipeline import runner\n"
+            "with runner.start_lock():\n"
+            "    print('locked', flush=True)\n"
+            f"    time.sleep({seconds})\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], cwd=runner.ROOT, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+@pytest.mark.parametrize("job", ["start", "resume", "evaluate"])
+def test_start_resume_and_evaluate_wait_for_the_start_lock_of_another_process(own_runs, monkeypatch, job):
+    """The start lock holds across processes, not only threads (an flock on runs/.start.lock, not a lock in
+    memory), and every launch takes it: while another process holds it, Start, Resume and Evaluate wait."""
+    monkeypatch.setattr(runner, "train_command", lambda run_dir, **kw: [sys.executable, "-c", "pass"])
+    monkeypatch.setattr(runner, "eval_command", lambda run_dir, limit=0: [sys.executable, "-c", "pass"])
+    run_dir = runs.new_run_dir("earlier")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
+    runs.write_status(run_dir, "stopped")
+    (run_dir / "merged").mkdir()
+    (run_dir / "merged" / "config.json").write_text("{}")
+    launch = {"start": lambda: runner.start_run(RunConfig(), "waiting"), "resume": lambda: runner.resume_run(run_dir),
+              "evaluate": lambda: runner.start_eval(run_dir)}[job]
+
+    holder = _hold_start_lock_elsewhere(1.5)
+    began = time.monotonic()
+    launch()
+    waited = time.monotonic() - began
+    holder.wait(10)
+    assert waited >= 1.0, f"{job} went ahead after {waited:.2f} s while another process held the start lock"
