@@ -1,7 +1,8 @@
 """The studio's GRPOTrainer subclass hands the fast engine what the run asked for, and falls back to TRL's own
 code wherever the engine would be wrong: the config's sampling temperature reaches the engine's log-probs;
 more than one process (DDP), gradient checkpointing, a model that scales its logits and a 4-bit (QLoRA) base
-all take TRL's path. A tiny random Llama inside TRL's real GRPOTrainer: seconds, no bundled model."""
+all take TRL's path, and a QLoRA run's merged model is its adapter on the base reloaded from disk. A tiny
+random Llama inside TRL's real GRPOTrainer: seconds, no bundled model."""
 
 import pytest
 import torch
@@ -215,3 +216,44 @@ def test_qlora_runs_turn_the_fast_engine_off(tmp_path, monkeypatch):
     assert built(fast_engine=True).studio_fast is True
     assert built(fast_engine=True, load_in_4bit=True, precision="bf16").studio_fast is False
     assert built(fast_engine=False).studio_fast is False
+
+
+def test_a_qlora_run_merges_its_adapter_onto_the_base_reloaded_from_disk(tmp_path):
+    """save_and_merge with load_in_4bit: merged/ is the adapter on the base model reloaded in bf16 from its
+    folder, never a merge into the 4-bit weights in memory (that would round the adapter away, and save packed
+    4-bit tensors that Chat on a CPU can't load). The in-memory base stands in for the 4-bit one: the same
+    weights, rounded to a coarse grid."""
+    from types import SimpleNamespace
+
+    from peft import PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.train import save_and_merge
+
+    parts = tiny_parts()
+    model_dir = tmp_path / "model"
+    parts["model"].save_pretrained(model_dir)
+    parts["processing_class"].save_pretrained(model_dir)
+    in_memory = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)  # its compute dtype
+    with torch.no_grad():
+        for p in in_memory.parameters():
+            p.copy_(torch.round(p * 4) / 4)  # what quantization does to the base, roughly
+    peft = get_peft_model(in_memory, parts["peft_config"])
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    trainer = SimpleNamespace(model=peft, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+                              state=SimpleNamespace(global_step=2))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cfg = RunConfig(load_in_4bit=True, precision="bf16", merge_at_end=True)
+    save_and_merge(trainer, parts["processing_class"], cfg, run_dir, str(model_dir), "bf16", "finished")
+
+    merged = AutoModelForCausalLM.from_pretrained(run_dir / "merged")
+    expected = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16),
+                                         run_dir / "adapter").merge_and_unload()
+    got, want = merged.state_dict(), expected.state_dict()
+    assert merged.dtype == torch.bfloat16 and got.keys() == want.keys()
+    differing = [k for k in want if not torch.equal(got[k].to(torch.bfloat16), want[k])]
+    assert differing == [], f"{len(differing)} of {len(want)} merged tensors are not adapter + the base from disk"
