@@ -156,6 +156,16 @@ def test_gradient_checkpointing_takes_trls_path(tmp_path):
     assert engine.fast_path_problem(model, {}, False) is None
 
 
+def test_image_inputs_and_moe_aux_loss_take_trls_path(tmp_path):
+    """The engine runs text through the backbone and returns no auxiliary loss: image inputs would be dropped and
+    an MoE model's load-balancing loss silently left out of training."""
+    trainer = studio_trainer(tmp_path)
+    model = trainer.model
+    assert engine.fast_path_problem(model, {"pixel_values": None, "image_grid_thw": None}, False) is None
+    assert engine.fast_path_problem(model, {"pixel_values": torch.zeros(1, 3, 4, 4)}, False) == "multimodal inputs"
+    assert engine.fast_path_problem(model, {}, True) == "MoE auxiliary loss"
+
+
 @pytest.mark.parametrize("family, scaling", [("gemma2", {"final_logit_softcapping": 30.0}),
                                              ("cohere", {"logit_scale": 0.0625}), ("granite", {"logits_scaling": 4.0})])
 def test_a_model_that_scales_its_logits_takes_trls_path(family, scaling):
