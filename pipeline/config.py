@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BUNDLED_MODEL_ID = "bundled/SmolLM2-135M-Instruct"
+from pipeline.models import QLORA_FP16  # one wording, also used once the machine is known
+from pipeline.paths import BUNDLED_MODEL_ID  # also imported from here by the tabs and tests
 
 LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's
 SCALE_REWARDS = ("group", "batch", "none")
@@ -27,10 +28,7 @@ DATASET_SOURCES = ("tldr", "arithmetic", "file", "hub")
 REWARD_ERROR_POLICIES = ("fail", "skip")
 
 
-# Refusals that are also made once the machine is known (pipeline.models.runtime_problems), so one wording.
-QLORA_FP16 = ("4-bit QLoRA with fp16 is refused: TRL casts the LoRA weights to bf16 whatever the precision, and "
-              "fp16 mixed precision on bf16 weights has never run on a GPU here. QLoRA needs bf16, so a GPU of compute "
-              "capability 8.0 or later (Ampere); on an older card train LoRA without 4-bit (fp16 mixed precision).")
+# Refused by RunConfig.problems(): why, and what to turn off.
 QLORA_VLLM = ("4-bit QLoRA with vLLM crashes at the first weight sync: TRL hands vLLM the packed 4-bit tensors, "
               "whose shapes vLLM can't load (TRL issue #4973, open). Turn one off: QLoRA samples with transformers, "
               "or vLLM serves the full-precision model.")

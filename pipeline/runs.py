@@ -21,6 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
+from pipeline.paths import data_dir  # also imported from here by the app and the tabs
+
 STATES = ("new", "queued", "running", "finished", "failed", "stopped")  # "new": a config, never started
 DAMAGED = "damaged"  # read only: a run whose config.json or status.json can't be read (never written)
 QUEUED_GRACE_S = 120  # a launch that wrote "queued" but no launcher record by then never started
@@ -42,13 +44,6 @@ STATE_WRITERS: dict[tuple[str, str], tuple[str, ...]] = {
 
 
 # ---- locations ---------------------------------------------------------------------------------
-
-
-def data_dir() -> Path:
-    """The app's data directory: $GRPO_STUDIO_DATA, else ./data."""
-    path = Path(os.environ.get("GRPO_STUDIO_DATA") or "data").expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def runs_dir() -> Path:

@@ -184,7 +184,7 @@ def free_gpu_for_training() -> None:
     if not gpu_count():
         return
     from pipeline.generate import release_models
-    from retrieval.store import release_embedders
+    from retrieval.embedder import release_embedders
 
     release_models()
     release_embedders()
