@@ -110,7 +110,8 @@ def ms(xs: list[float]) -> tuple[float, float]:
 def time_ingest(tmp: Path, rounds: int) -> dict:
     """App upsert vs raw encode on the same plots, alternating, each app round into a fresh table."""
     from retrieval.movies import load_bundled
-    from retrieval.store import MovieStore, embedding_function, load_sentence_model
+    from retrieval.embedder import load_sentence_model
+    from retrieval.store import MovieStore, embedding_function
 
     films = load_bundled()
     texts = [f.plot for f in films]
@@ -165,7 +166,7 @@ def time_queries(store, repeats: int) -> dict:
     import numpy as np
 
     from retrieval.search import ANN_EF, SearchFilters, search
-    from retrieval.store import load_sentence_model, query_vectors
+    from retrieval.embedder import load_sentence_model, query_vectors
 
     table = store.table()
     known = store.info().genres

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BUNDLED_MODEL_ID = "bundled/SmolLM2-135M-Instruct"
+from pipeline.models import QLORA_FP16  # one wording, also used once the machine is known
+from pipeline.paths import BUNDLED_MODEL_ID  # also imported from here by the tabs and tests
 
 LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's
 SCALE_REWARDS = ("group", "batch", "none")
@@ -27,10 +28,7 @@ DATASET_SOURCES = ("tldr", "arithmetic", "file", "hub")
 REWARD_ERROR_POLICIES = ("fail", "skip")
 
 
-# Refusals that are also made once the machine is known (pipeline.models.runtime_problems), so one wording.
-QLORA_FP16 = ("4-bit QLoRA with fp16 is refused: TRL casts the LoRA weights to bf16 whatever the precision, and "
-              "fp16 mixed precision on bf16 weights has never run on a GPU here. QLoRA needs bf16, so a GPU of compute "
-              "capability 8.0 or later (Ampere); on an older card train LoRA without 4-bit (fp16 mixed precision).")
+# Refused by RunConfig.problems(): why, and what to turn off.
 QLORA_VLLM = ("4-bit QLoRA with vLLM crashes at the first weight sync: TRL hands vLLM the packed 4-bit tensors, "
               "whose shapes vLLM can't load (TRL issue #4973, open). Turn one off: QLoRA samples with transformers, "
               "or vLLM serves the full-precision model.")
@@ -95,8 +93,8 @@ class RunConfig:
     )
     dataset: DatasetSpec = field(default_factory=DatasetSpec)
     rewards: list[RewardSpec] = field(
-        # Seed 000's pair (a length target and token diversity) plus post_similarity: with the pair alone
-        # the model learns to be short, not to summarise ("The post is too long.", issue 10); at weight 1
+        # The GRPO recipe's pair (a length target and token diversity) plus post_similarity: with the pair
+        # alone the model learns to be short, not to summarise (a calibration run: "The post is too long."); at weight 1
         # length still won in some runs (held-out summary score fell), at 1.5-2 meaning held.
         default_factory=lambda: [
             RewardSpec("length_target", 1.0, {"target": 50, "unit": "chars"}),
@@ -466,13 +464,13 @@ GSM8K_SYSTEM = ("Solve the math problem. Reason step by step inside <think></thi
 # Presets are short diffs against the defaults (nanoGPT style). The defaults are the Quick CPU demo.
 PRESETS: dict[str, dict[str, Any]] = {
     "Quick CPU demo": {},
-    # Seed 000's reward pair alone, one click away: it learns to be short, and the held-out task metric
-    # shows that it stops summarising (issue 10's calibration run: "The post is too long.").
-    "Seed 000 pair (length + diversity)": {
+    # The GRPO recipe's reward pair alone, one click away: it learns to be short, and the held-out task metric
+    # shows that it stops summarising (a calibration run: "The post is too long.").
+    "Length + diversity pair": {
         "rewards": [RewardSpec("length_target", 1.0, {"target": 50, "unit": "chars"}),
                     RewardSpec("token_diversity", 1.0, {})],
     },
-    # A verifiable task (seeds 002/003): correctness on the bundled arithmetic set plus partial credit for the
+    # A verifiable task (as in TRL's GRPO guide and the GRPO tutorial): correctness on the bundled arithmetic set plus partial credit for the
     # <think>/<answer> tags; strict_format at weight 0 is a monitor (charted, never in the advantage).
     # Rewards are listed in the registry's order, the order the Train form's table gives them back in.
     "Arithmetic: correctness + format": {

@@ -20,7 +20,7 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 TLDR_PATH = ASSETS / "prompts" / "tldr.jsonl"
 
 # The instruction goes in the user turn, after the post: the 135M model follows a system prompt weakly
-# and, with the instruction only there, often answers as if asked to edit the post (issue 10).
+# and, with the instruction only there, often answers as if asked to edit the post.
 TLDR_INSTRUCTION = "TL;DR of the post above, in one short sentence:"
 ARITHMETIC_SYSTEM = (
     "Solve the problem. Think briefly inside <think></think>, then give only the final number "

@@ -4,8 +4,8 @@
 
 Writes DIR/eval.json, and its progress to DIR/eval_status.json (running with done/total prompts and an
 ETA, then done, failed or stopped) so the app's Runs panel can follow it; SIGTERM stops it. Decoding is
-greedy so the comparison is repeatable (seed 003's advice: judge on data the run never trained on,
-with the same rewards).
+greedy so the comparison is repeatable (the GRPO tutorial's advice: judge on data the run never trained
+on, with the same rewards).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Warning signs of a sick GRPO run (seed 002's table), read from metrics.jsonl rows and, for the
+"""Warning signs of a sick GRPO run (the warning table of TRL's GRPO guide), read from metrics.jsonl rows and, for the
 held-out check, from the probe lines in evals.jsonl. Monitor rewards (weight 0, TRL #3018) back the
 reward-hacking check: a trained reward that climbs while a monitor drops.
 

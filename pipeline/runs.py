@@ -1,35 +1,8 @@
 """Run directories on disk: where they live, their status, and reading back what a trainer wrote.
 
-A run directory is the only thing the trainer, the evaluator and the UI share. Who writes each file,
-and when (the one place this is decided; every state write goes through `write_state`):
-
-    file               writer                          what                              when
-    config.json        runner.start_run                the RunConfig                     once, at creation; never
-                       (headless: the trainer)         (headless: the default)           rewritten (overrides go
-                                                                                         to launches.jsonl)
-    launches.jsonl     trainer, rank 0                 one line per trainer start:       each start and resume, once
-                                                       time, resume, from_step,          the effective config is
-                                                       overrides (e.g. --steps)          valid (append-only)
-    launcher.json      runner (launcher)               pid + create time of the          right after each launch
-                                                       trainer or torchrun
-    status.json        runner (launcher)               queued                            before the trainer exists
-                       runner (launcher)               failed (+ error)                  when the launch itself fails
-                       trainer, rank 0                 running (+ pid, device, step)     at start, then each step
-                       trainer, rank 0                 finished / stopped                after the adapter is saved
-                       trainer, any rank               failed / stopped (interrupted)    when it ends badly
-    eval_launcher.json runner.start_eval               pid + create time                 right after the launch
-    eval_status.json   runner.start_eval               queued (a fresh file)             before the evaluator exists
-                       evaluator (pipeline.evaluate)   running + progress done/total,    at start, then per batch
-                                                       ETA; done / failed / stopped      when it ends
-    eval.json          evaluator                       base vs tuned result              when done
-    eval.log           evaluator (stdout + stderr)     its log                           while it runs
-    metrics.jsonl      trainer, rank 0                 one JSON line per optimizer step (append-only)
-    groups.jsonl       trainer, rank 0                 per step: each prompt's G completions, rewards, totals,
-                                                       advantages (append-only)
-    evals.jsonl        trainer, rank 0                 per probe step: greedy answers to held-out prompts
-    train.log          trainer                         the trainer's log
-    checkpoint-N/      trainer                         resumable checkpoints; `.complete` marks a finished save
-    adapter/, merged/  trainer, rank 0                 LoRA adapter; base + LoRA merged, ready to chat
+A run directory is the only thing the trainer, the evaluator and the UI share. Which file holds what,
+who writes it and when is decided in one place, docs/run-files.md; `STATE_WRITERS` below enforces it
+(every state write goes through `write_state`).
 
 Readers (`read_status`, `read_eval_status`) never write: a writer that died without saying so reads
 as failed. Each writer may write only its own states (`STATE_WRITERS`); a launch never overwrites
@@ -48,6 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
+from pipeline.paths import data_dir  # also imported from here by the app and the tabs
+
 STATES = ("new", "queued", "running", "finished", "failed", "stopped")  # "new": a config, never started
 DAMAGED = "damaged"  # read only: a run whose config.json or status.json can't be read (never written)
 QUEUED_GRACE_S = 120  # a launch that wrote "queued" but no launcher record by then never started
@@ -59,7 +34,7 @@ LAUNCHES_FILE = "launches.jsonl"
 EVAL_STATUS_FILE = "eval_status.json"
 EVAL_LAUNCHER_FILE = "eval_launcher.json"
 EVAL_STATES = ("queued", "running", "done", "failed", "stopped")
-# Who may write which state to which file (see the table in the module docstring).
+# Who may write which state to which file (the table in docs/run-files.md).
 STATE_WRITERS: dict[tuple[str, str], tuple[str, ...]] = {
     (STATUS_FILE, "launcher"): ("queued", "failed"),  # "failed": the trainer could not be started
     (STATUS_FILE, "trainer"): ("running", "finished", "stopped", "failed"),
@@ -69,13 +44,6 @@ STATE_WRITERS: dict[tuple[str, str], tuple[str, ...]] = {
 
 
 # ---- locations ---------------------------------------------------------------------------------
-
-
-def data_dir() -> Path:
-    """The app's data directory: $GRPO_STUDIO_DATA, else ./data."""
-    path = Path(os.environ.get("GRPO_STUDIO_DATA") or "data").expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def runs_dir() -> Path:
@@ -256,7 +224,7 @@ def write_state(run_dir: str | Path, name: str, writer: str, state: str, fresh: 
     A launch ("queued") never overwrites a process that says it is running and is still alive."""
     allowed = STATE_WRITERS.get((name, writer))
     if allowed is None or state not in allowed:
-        raise ValueError(f"The {writer} does not write state {state!r} to {name}; see the table in pipeline/runs.py.")
+        raise ValueError(f"The {writer} does not write state {state!r} to {name}; see the table in docs/run-files.md.")
     path = Path(run_dir) / name
     current = _read_json(path) or {}
     if state == "queued" and current.get("state") == "running" and _process_alive(
@@ -378,7 +346,7 @@ def _writer_alive(status: dict, launcher_info: dict | None) -> bool:
 
 
 def write_eval_status(run_dir: str | Path, state: str, writer: str = "evaluator", **fields: Any) -> dict:
-    """Update eval_status.json (see the table above). The launcher's "queued" starts a fresh file."""
+    """Update eval_status.json (owners: docs/run-files.md). The launcher's "queued" starts a fresh file."""
     return write_state(run_dir, EVAL_STATUS_FILE, writer, state, fresh=state == "queued", **fields)
 
 

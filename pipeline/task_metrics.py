@@ -1,5 +1,5 @@
 """Held-out task metrics that are not rewards: they say whether the model got better at the task,
-not just at the numbers GRPO optimised (seed 003: judge on held-out data; seed 002: watch for hacks).
+not just at the numbers GRPO optimised (judge on held-out data; watch for reward hacking).
 
 For TL;DR summaries the metric asks two things of an answer:
 - grounded: the share of its content words that also occur in the post (a summary reuses the post's
@@ -88,7 +88,7 @@ def task_metrics(rows: list[dict], completions: list[str]) -> dict[str, Any] | N
     """Mean task metrics over held-out rows, or None when the dataset has no task metric.
 
     TL;DR rows carry their post under "source". Rows with a reference "answer" get exact-number
-    accuracy (seed 003's correctness, scored here whether or not the run used it as a reward) and
+    accuracy (numeric_tolerance's test, scored here whether or not the run used it as a reward) and
     format compliance: the share of answers with a number inside <answer></answer>.
 
     >>> task_metrics([{"source": "Bike lanes on Harper Street."}], ["Harper Street gets bike lanes."])

@@ -13,7 +13,7 @@ MAX_QUERY_CHARS = 2000
 # vector: the whole plot's embedding. hybrid: vector + full-text keywords, fused by reciprocal rank.
 # chunks: the plot's embedding blended with its best sentence's (retrieval/chunks.py).
 # chunks+keywords: chunks fused with keywords, the keywords widened by the storytelling glossary
-# (retrieval/glossary.py). bench/rag_relevance.py measures each; the README's RAG relevance table says why
+# (retrieval/glossary.py). bench/rag_relevance.py measures each; docs/rag.md's RAG relevance table says why
 # the tab defaults to one.
 MODES = ("vector", "hybrid", "chunks", "chunks+keywords")
 DEFAULT_MODE = "chunks+keywords"
@@ -29,7 +29,7 @@ VECTOR_COLUMNS = RESULT_COLUMNS + ["_distance"]
 FTS_COLUMNS = RESULT_COLUMNS + ["_score"]
 # Reciprocal-rank fusion constant. LanceDB's default is 60; on bench/rag_relevance.jsonl k = 5 was best for
 # both fused modes (--sweep: 5, 20, 60, 100), since a film ranked first by one leg should beat films that
-# both legs rank middling. Tuned on the same 57 queries it is reported on (README, RAG relevance).
+# both legs rank middling. Tuned on the same 57 queries it is reported on (docs/rag.md, RAG relevance).
 RRF_K = 5
 CHUNK_WEIGHT = 0.5    # chunks mode: score = (1 - w) * plot cosine + w * best sentence cosine
 CANDIDATES = 40       # films each leg of a fused search fetches (at least 4 x top-k)

@@ -8,21 +8,18 @@ import os
 import queue
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
+# StoreError is imported by callers from here too: the store's errors are the embedder's.
+from retrieval.embedder import BUNDLED_EMBEDDER, REGISTRY_NAME, StoreError, register_embedder  # noqa: F401
 from retrieval.movies import FIELDS, Movie
 
-BUNDLED_EMBEDDER = "bundled/all-MiniLM-L6-v2"
-REGISTRY_NAME = "studio-sentence-transformers"
 TABLE_NAME = "movies"
 EMBED_BATCH = 256       # texts per encode call, and rows per commit: ~6 s of MiniLM on 2 cores, so progress and
                         # Cancel answer within seconds, while each call still sorts enough texts by length
 LOOKUP_BATCH = 2048     # ids per "is it already there?" read before embedding
-QUERY_CACHE_SIZE = 1024 # query vectors kept (1.5 KB each for 384-d): repeated and edited-back queries skip the model
 WRITER_QUEUE = 2        # embedded batches waiting for the writer thread; bounds memory if the disk is slow
 COMPACT_AFTER = 8       # commits in one ingest after which the table is compacted (fewer fragments to scan)
 # An ANN index (IVF_HNSW_SQ, cosine) is built once the table reaches this many films. Measured
@@ -32,110 +29,6 @@ COMPACT_AFTER = 8       # commits in one ingest after which the table is compact
 ANN_MIN_ROWS = 10_000
 
 Progress = Callable[[int, int, str], None]  # (done, total, what)
-
-
-class StoreError(RuntimeError):
-    """A store problem a user can act on; the message says what to do."""
-
-
-def bundled_embedder_dir() -> Path:
-    from pipeline.models import ModelError, bundled_embedder_dir as find
-
-    try:
-        return find()
-    except ModelError as exc:
-        raise StoreError(str(exc)) from None
-
-
-def _device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def release_embedders() -> None:
-    """Drop the loaded sentence models (a training is about to use the GPU); the next search reloads."""
-    load_sentence_model.cache_clear()
-    query_vectors.clear()  # a local embedder folder may hold new weights when it is loaded again
-    from pipeline.generate import free_gpu_memory
-
-    free_gpu_memory()
-
-
-@lru_cache(maxsize=2)
-def load_sentence_model(name: str):
-    """A SentenceTransformer for a registry name: the bundled model, a local folder, or a hub id."""
-    from sentence_transformers import SentenceTransformer
-
-    if name == BUNDLED_EMBEDDER:
-        return SentenceTransformer(str(bundled_embedder_dir()), device=_device())
-    if Path(name).expanduser().is_dir():
-        return SentenceTransformer(str(Path(name).expanduser()), device=_device())
-    from pipeline.hub import hub_reachable
-
-    online = hub_reachable()
-    try:
-        # Offline, a model already in the local Hugging Face cache still loads.
-        return SentenceTransformer(name, device=_device(), local_files_only=not online, trust_remote_code=False)
-    except Exception as exc:  # noqa: BLE001 - missing repo, no network, not a sentence-transformers model
-        if not online:
-            raise StoreError(f"Can't load embedder '{name}': the Hugging Face Hub is not reachable and it is not in "
-                             f"the local cache. Use the bundled '{BUNDLED_EMBEDDER}' offline.") from None
-        raise StoreError(f"Can't load embedder '{name}' ({type(exc).__name__}: {exc}). Give a sentence-transformers "
-                         f"model id such as BAAI/bge-small-en-v1.5, or a local folder.") from None
-
-
-class QueryVectorCache:
-    """A bounded, thread-safe LRU of query vectors keyed by (embedder, normalise, text).
-
-    One per process, shared by every session on purpose: a vector depends only on the key, never on who
-    asked, and LanceDB makes a new embedder object for each table it opens, so a per-object cache would
-    be lost on every reopen.
-
-    >>> cache = QueryVectorCache(2)
-    >>> _ = cache.put(("m", True, "a"), [1.0]), cache.put(("m", True, "b"), [2.0])
-    >>> cache.get(("m", True, "a"))
-    (1.0,)
-    >>> _ = cache.put(("m", True, "c"), [3.0]); cache.get(("m", True, "b")) is None  # least recently used goes
-    True
-    """
-
-    def __init__(self, size: int):
-        self.size = size
-        self._items: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key):
-        with self._lock:
-            vector = self._items.get(key)
-            if vector is not None:
-                self._items.move_to_end(key)
-            return vector
-
-    def put(self, key, vector) -> tuple:
-        stored = tuple(float(x) for x in vector)  # immutable: callers can't alter a cached vector
-        with self._lock:
-            self._items[key] = stored
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-        return stored
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-query_vectors = QueryVectorCache(QUERY_CACHE_SIZE)
-
-
-def register_embedder() -> None:
-    """Make the studio's embedder known to LanceDB's registry (a table's schema names it). Done on first
-    use, not at import: importing lancedb costs seconds that the app's start-up does not pay."""
-    import retrieval.embedder  # noqa: F401 - registers StudioSentenceTransformer
 
 
 def embedding_function(name: str = BUNDLED_EMBEDDER):
@@ -296,7 +189,7 @@ class MovieStore:
             # the usual AWS_* / GOOGLE_* / AZURE_* credentials from the environment).
             uri = os.environ.get("GRPO_STUDIO_LANCEDB_URI", "").strip()
             if not uri:
-                from pipeline.runs import data_dir
+                from pipeline.paths import data_dir
 
                 uri = data_dir() / "lancedb"
         self.uri = str(uri)

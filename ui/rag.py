@@ -24,7 +24,7 @@ from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError, UpsertRepo
 from ui.chat import default_choice
 
 UPLOAD_TYPES = [".csv", ".tsv", ".jsonl"]
-# Search modes as the tab names them; the default is the best on bench/rag_relevance.py (README, RAG relevance).
+# Search modes as the tab names them; the default is the best on bench/rag_relevance.py (docs/rag.md, RAG relevance).
 MODE_CHOICES = [("Sentences + keywords", "chunks+keywords"), ("Sentences (plot + best sentence)", "chunks"),
                 ("Hybrid (vector + keywords)", "hybrid"), ("Vector", "vector")]
 MAP_FIELDS = [("title", "Title"), ("release_year", "Release year"), ("plot", "Plot"), ("genre", "Genre"),

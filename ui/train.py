@@ -184,7 +184,7 @@ def free_gpu_for_training() -> None:
     if not gpu_count():
         return
     from pipeline.generate import release_models
-    from retrieval.store import release_embedders
+    from retrieval.embedder import release_embedders
 
     release_models()
     release_embedders()
@@ -464,8 +464,8 @@ def delete_run(name: str | None, confirmed: bool):
 
 
 def fill_preset(name: str, allow_custom: bool = False) -> dict[str, Any]:
-    """A preset fills the whole form but an uploaded file's path: model, prompts, the rewards table (seed 000's
-    pair is a preset) and the settings. {form key: value}."""
+    """A preset fills the whole form but an uploaded file's path: model, prompts, the rewards table (the
+    length + diversity pair is a preset) and the settings. {form key: value}."""
     values = config_to_form(apply_preset(RunConfig(), name), allow_custom=allow_custom)
     return {key: value for key, value in values.items() if key != "path"}
 

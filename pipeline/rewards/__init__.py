@@ -4,7 +4,7 @@ get a low score, never an exception. Pure Python: no torch import (the embedder 
 
 Where things live (split by kind, as TRL splits trl/rewards):
     text.py              completion text, final answer, last number
-    style_rewards.py     length target, token diversity (seed 000)
+    style_rewards.py     length target, token diversity (the GRPO recipe's pair)
     format_rewards.py    <think>/<answer> tags, regex presence
     accuracy_rewards.py  exact answer, numeric tolerance (need a reference answer)
     meaning_rewards.py   post similarity (sentence embeddings)

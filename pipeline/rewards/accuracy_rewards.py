@@ -1,4 +1,4 @@
-"""Correctness rewards: compare the final answer with the row's reference answer (seed 003)."""
+"""Correctness rewards: compare the final answer with the row's reference answer."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class ExactAnswer:
 
 class NumericTolerance:
     """1.0 when the answer's last number is within `atol` (or `rtol` of the reference), else 0.0.
-    Seed 003's correctness reward; works with or without <answer> tags.
+    The GRPO tutorial's correctness reward; works with or without <answer> tags.
 
     >>> NumericTolerance(atol=0.5)(["<answer>14</answer>", "it is 14.4", "15", "no idea"], answer=["14"] * 4)
     [1.0, 1.0, 0.0, 0.0]

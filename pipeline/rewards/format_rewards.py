@@ -24,7 +24,7 @@ class StrictFormat:
 
 
 class IncrementalFormat:
-    """Partial credit (seed 002): 0.25 per tag that appears exactly once, minus 0.001 per
+    """Partial credit (TRL's GRPO guide): 0.25 per tag that appears exactly once, minus 0.001 per
     character left after </answer>.
 
     >>> IncrementalFormat()(["<think>x</think><answer>y</answer>", "<think>x", "<answer>y</answer>tail"])

@@ -121,20 +121,20 @@ class RewardRegistry:
 
 reward_registry = RewardRegistry()
 reward_registry.register(RewardDef(
-    "length_target", LengthTarget, "Seed 000: -|target - length|; peaks at the target length.",
+    "length_target", LengthTarget, "-|target - length|; peaks at the target length (the GRPO recipe's length reward).",
     {"target": Param(int, 50, "Target length."),
      "unit": Param(str, "chars", "Count characters or words.", ("chars", "words"))}))
 reward_registry.register(RewardDef(
-    "token_diversity", TokenDiversity, "Seed 000: unique-token share x scale; punishes repetition.",
+    "token_diversity", TokenDiversity, "Unique-token share x scale; punishes repetition (the GRPO recipe's diversity reward).",
     {"scale": Param(float, 100.0, "Multiplier on the 0..1 share.")}))
 reward_registry.register(RewardDef(
     "strict_format", StrictFormat, "1 if the completion is exactly <think>...</think><answer>...</answer>."))
 reward_registry.register(RewardDef(
-    "incremental_format", IncrementalFormat, "Seed 002: 0.25 per well-formed tag; small penalty for trailing text."))
+    "incremental_format", IncrementalFormat, "0.25 per well-formed tag; small penalty for trailing text (partial credit, from TRL's GRPO guide)."))
 reward_registry.register(RewardDef(
     "exact_answer", ExactAnswer, "1 if the final answer equals the reference (normalised).", needs_answer=True))
 reward_registry.register(RewardDef(
-    "numeric_tolerance", NumericTolerance, "Seed 003: 1 if the final number is within tolerance of the reference.",
+    "numeric_tolerance", NumericTolerance, "1 if the final number is within tolerance of the reference (the GRPO tutorial's correctness reward).",
     {"atol": Param(float, 1e-6, "Absolute tolerance."), "rtol": Param(float, 0.0, "Relative tolerance.")},
     needs_answer=True))
 reward_registry.register(RewardDef(

@@ -1,4 +1,4 @@
-"""Rewards on the shape of the text: seed 000's length target and token diversity."""
+"""Rewards on the shape of the text: the GRPO recipe's length target and token diversity."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pipeline.rewards.text import completion_text
 
 
 class LengthTarget:
-    """Seed 000's length reward: -|target - length|. 0 is perfect; every unit off costs 1.
+    """The GRPO recipe's length reward: -|target - length|. 0 is perfect; every unit off costs 1.
 
     >>> LengthTarget(target=5)(["abcde", "abc", "abcdefg"])
     [0.0, -2.0, -2.0]
@@ -30,7 +30,7 @@ class LengthTarget:
 
 
 class TokenDiversity:
-    """Seed 000's diversity reward: share of unique whitespace tokens, times `scale`. Empty = 0.
+    """The GRPO recipe's diversity reward: share of unique whitespace tokens, times `scale`. Empty = 0.
 
     >>> TokenDiversity()(["a b c d", "a a a a", ""])
     [100.0, 25.0, 0.0]

@@ -1,4 +1,4 @@
-"""The reward test bench reproduces seed 001's advantage table in the browser."""
+"""The reward test bench reproduces the GRPO explainer's worked advantage table in the browser."""
 
 import pytest
 from playwright.sync_api import expect

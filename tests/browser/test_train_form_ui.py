@@ -40,9 +40,9 @@ def test_a_preset_then_typed_values(page, app_url):
     """Picking a preset fills the form; values typed after it are kept."""
     page.goto(app_url)
     page.get_by_label("Preset").click()
-    page.get_by_role("option", name="Seed 000 pair (length + diversity)").click()
+    page.get_by_role("option", name="Length + diversity pair").click()
     similarity = page.locator("#rewards-table [role=row]", has_text="post_similarity").locator("input[type=checkbox]")
-    expect(similarity).not_to_be_checked(timeout=30_000)  # the preset's rewards: seed 000's pair only
+    expect(similarity).not_to_be_checked(timeout=30_000)  # the preset's rewards: the length + diversity pair only
     open_settings(page)
     steps = page.get_by_label("Steps", exact=True)
     steps.fill("7")

@@ -5,7 +5,8 @@ import pytest
 
 from retrieval import movies
 from retrieval.search import DEFAULT_MODE, MODES, SearchError, SearchFilters, search
-from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError, bundled_embedder_dir
+from retrieval.embedder import BUNDLED_EMBEDDER, StoreError, bundled_embedder_dir
+from retrieval.store import MovieStore
 
 pytestmark = pytest.mark.slow
 

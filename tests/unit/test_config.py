@@ -11,8 +11,8 @@ def test_defaults_are_valid_and_keep_kl_on():
     cfg = RunConfig().validate()
     assert cfg.beta == 0.04 and cfg.num_generations == 4 and cfg.batch_size % cfg.num_generations == 0
     assert [r.name for r in cfg.rewards] == ["length_target", "token_diversity", "post_similarity"]
-    # seed 000's pair stays one click away
-    assert [r.name for r in apply_preset(cfg, "Seed 000 pair (length + diversity)").rewards] == [
+    # the length + diversity pair stays one click away
+    assert [r.name for r in apply_preset(cfg, "Length + diversity pair").rewards] == [
         "length_target", "token_diversity"]
     assert [r.name for r in apply_preset(cfg, "Quick CPU demo").rewards] == [r.name for r in cfg.rewards]
 

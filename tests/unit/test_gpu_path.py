@@ -130,7 +130,7 @@ def test_a_gpu_box_with_a_cpu_torch_says_so_in_the_run_header(tmp_path, monkeypa
 def gpu_handlers(monkeypatch, tmp_path):
     """ui.train's handlers on a pretend one-GPU box, with launches stubbed and the release calls recorded."""
     import pipeline.generate
-    import retrieval.store
+    import retrieval.embedder
     import ui.train
 
     released = []
@@ -139,7 +139,7 @@ def gpu_handlers(monkeypatch, tmp_path):
     monkeypatch.setattr(ui.train.runner, "resume_run", lambda *a, **k: None)
     monkeypatch.setattr(ui.train.runner, "start_eval", lambda *a, **k: None)
     monkeypatch.setattr(pipeline.generate, "release_models", lambda: released.append("chat models"))
-    monkeypatch.setattr(retrieval.store, "release_embedders", lambda: released.append("embedders"))
+    monkeypatch.setattr(retrieval.embedder, "release_embedders", lambda: released.append("embedders"))
     return ui.train, released
 
 

@@ -8,10 +8,12 @@ import threading
 import numpy as np
 import pytest
 
+from retrieval import embedder as embedder_mod
 from retrieval import store as store_mod
 from retrieval.movies import Movie
 from retrieval.search import SearchFilters, search
-from retrieval.store import MovieStore, UpsertReport, eta_text, query_vectors
+from retrieval.embedder import query_vectors
+from retrieval.store import MovieStore, UpsertReport, eta_text
 
 DIMS = 8
 
@@ -40,7 +42,7 @@ class CountingModel:
 @pytest.fixture
 def model(monkeypatch):
     fake = CountingModel()
-    monkeypatch.setattr(store_mod, "load_sentence_model", lambda name: fake)
+    monkeypatch.setattr(embedder_mod, "load_sentence_model", lambda name: fake)
     query_vectors.clear()
     yield fake
     query_vectors.clear()
@@ -75,12 +77,12 @@ def test_query_cache_hit_returns_the_same_vector_and_skips_the_model(model, tmp_
 
 def test_query_cache_is_bounded_and_forgets_the_oldest(model):
     func = store_mod.embedding_function("test/counting")
-    for i in range(store_mod.QUERY_CACHE_SIZE + 5):
+    for i in range(embedder_mod.QUERY_CACHE_SIZE + 5):
         func.compute_query_embeddings(f"query {i}")
-    assert len(query_vectors) == store_mod.QUERY_CACHE_SIZE
+    assert len(query_vectors) == embedder_mod.QUERY_CACHE_SIZE
     calls = model.calls
     func.compute_query_embeddings("query 0")  # evicted: embedded again
-    func.compute_query_embeddings(f"query {store_mod.QUERY_CACHE_SIZE + 4}")  # recent: cached
+    func.compute_query_embeddings(f"query {embedder_mod.QUERY_CACHE_SIZE + 4}")  # recent: cached
     assert model.calls == calls + 1
 
 
