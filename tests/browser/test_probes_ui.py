@@ -68,3 +68,32 @@ def test_completions_over_time_show_step_0_then_a_later_probe(page, app_url):
     # The step it stopped on was probed too ("end"), unless it was already a probe step.
     expect(panel).to_contain_text("· end", timeout=30_000)
     shot(page, "probes-04-stopped")
+
+
+def test_the_arithmetic_preset_shows_format_compliance_in_the_probes_panel(page, app_url):
+    """The verifiable-task preset, as a user starts it: its probes score format compliance (a number inside
+    <answer></answer>) for the base model at step 0 and again at the end, with the change between them."""
+    page.goto(app_url)
+    expect(page.get_by_text("1. Model and data")).to_be_visible()
+    page.get_by_label("Preset").click()
+    page.get_by_role("option", name="Arithmetic: correctness + format").click()
+    numeric = page.locator("#rewards-table [role=row]", has_text="numeric_tolerance").locator("input[type=checkbox]")
+    expect(numeric).to_be_checked(timeout=30_000)
+    fill_settings(page, {"Steps": "2", "Probe every N steps (0 = off)": "2", "Probe prompts (held out)": "4"})
+    page.locator("#start-btn").click()
+    expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)
+    run_name = page.locator("#run-select input").input_value()
+    cfg = json.loads((runs.runs_dir() / run_name / "config.json").read_text())
+    assert cfg["dataset"]["source"] == "arithmetic" and cfg["max_steps"] == 2
+
+    panel = page.locator("#probes .gs-probes")
+    expect(panel).to_have_attribute("data-step", "0", timeout=600_000)
+    expect(panel.locator(".gs-format")).to_contain_text(re.compile(r"format compliance \d+%"))
+    expect(panel).to_contain_text("accuracy")
+    shot(page, "probes-05-arithmetic-step0", page.locator("#probes"))
+
+    expect(page.locator("#progress [data-state=finished]")).to_be_visible(timeout=900_000)
+    expect(panel).to_have_attribute("data-steps", "0,2", timeout=60_000)
+    expect(panel.locator(".gs-format")).to_contain_text(
+        re.compile(r"format compliance \d+% \([+-]\d+ points vs step 0\)"))
+    shot(page, "probes-06-arithmetic-end", page.locator("#probes"))
