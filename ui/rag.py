@@ -19,14 +19,12 @@ from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
 from retrieval.chunks import PlotChunks
 from retrieval.glossary import expand
-from retrieval.search import DEFAULT_MODE, MAX_TOP_K, Hit, SearchError, SearchFilters, default_mode, search
+from retrieval.search import (DEFAULT_MODE, MAX_TOP_K, Hit, SearchError, SearchFilters, default_mode, search,
+                              search_modes)
 from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError, UpsertReport
 from ui.chat import default_choice
 
 UPLOAD_TYPES = [".csv", ".tsv", ".jsonl"]
-# Search modes as the tab names them; the default is the best on bench/rag_relevance.py (docs/rag.md, RAG relevance).
-MODE_CHOICES = [("Sentences + keywords", "chunks+keywords"), ("Sentences (plot + best sentence)", "chunks"),
-                ("Hybrid (vector + keywords)", "hybrid"), ("Vector", "vector")]
 MAP_FIELDS = [("title", "Title"), ("release_year", "Release year"), ("plot", "Plot"), ("genre", "Genre"),
               ("director", "Director"), ("id", "Id")]
 EXAMPLES = [
@@ -86,7 +84,7 @@ def used_markdown(hits: list[Hit], used: list[int]) -> str:
 
 def keywords_note(query, mode) -> str:
     """What the storytelling glossary added to the keyword search, shown under the results."""
-    if mode != "chunks+keywords":
+    if mode not in search_modes or not search_modes.get(mode).glossary:
         return ""
     added = expand(" ".join(str(query or "").split()))[1]
     return f"<div class='gs-formula'>Keywords also searched: {html.escape(' '.join(added))}</div>" if added else ""
@@ -96,10 +94,11 @@ def make_handlers(store: MovieStore, cache: ModelCache, chunks: PlotChunks | Non
     chunks = chunks or PlotChunks(store)
 
     def ensure_table(progress, mode=None) -> None:
+        uses_chunks = mode is not None and search_modes.get(mode).uses_chunks  # an unknown mode fails first
         if store.table() is None:
             report = store.upsert(movie_data.load_bundled(), progress=_progress_fn(progress))
             gr.Info(f"Built the movie table: {report.summary()}")
-        if mode in ("chunks", "chunks+keywords"):
+        if uses_chunks:
             # Sentences of films added since the last search are embedded once (nothing when none were).
             chunks.sync(progress=_progress_fn(progress))
 
@@ -329,7 +328,8 @@ def build(cache: ModelCache, store: MovieStore) -> tuple[Callable, list, list]:
                                           elem_id="rag-genres")
                 with gr.Row():
                     top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Top-k films")
-                    mode = gr.Radio(MODE_CHOICES, value=DEFAULT_MODE, label="Search", elem_id="rag-mode")
+                    mode = gr.Radio(search_modes.choices(), value=DEFAULT_MODE, label="Search",
+                                    elem_id="rag-mode")
                 model = gr.Dropdown(label="Answering model", choices=chat_choices(), value=default_choice(),
                                     elem_id="rag-model")
                 with gr.Row():
