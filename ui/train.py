@@ -23,7 +23,8 @@ from pipeline.models import catalog_choices, check_processes, gpu_count
 from pipeline.rewards import reward_registry
 from ui import views
 from ui.form import (
-    HYPER_FIELDS, REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, form_to_config, reward_rows,
+    HYPER_FIELDS, REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, form_to_config, number_bounds,
+    reward_rows,
 )
 
 # The "All settings" accordion is built open, so Gradio mounts its fields with the page, and folded once the
@@ -59,7 +60,8 @@ def reward_docs() -> str:
 
 
 def hyper_component(spec: dataclasses.Field, default: Any) -> gr.components.Component:
-    """One setting's component, from its RunConfig field: label, help and choices come from the metadata."""
+    """One setting's component, from its RunConfig field: label, help, choices and a number's bounds come from
+    the metadata."""
     meta = spec.metadata
     kwargs = dict(label=meta["label"], info=meta["help"], value=default)
     if "choices" in meta:
@@ -67,7 +69,7 @@ def hyper_component(spec: dataclasses.Field, default: Any) -> gr.components.Comp
     if isinstance(default, bool):
         return gr.Checkbox(**kwargs)
     if isinstance(default, (int, float)):
-        return gr.Number(precision=0 if isinstance(default, int) else None, **kwargs)
+        return gr.Number(precision=0 if isinstance(default, int) else None, **number_bounds(spec), **kwargs)
     return gr.Textbox(**kwargs)
 
 
