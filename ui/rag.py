@@ -5,15 +5,11 @@ CSV, and the embedder."""
 from __future__ import annotations
 
 import html
-import shutil
 import threading
-import uuid
 from typing import Callable
-from pathlib import Path
 
 import gradio as gr
 
-from pipeline import runs
 from pipeline.generate import ModelCache, chat_choices, generation_error_message
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
@@ -22,6 +18,7 @@ from retrieval.glossary import expand
 from retrieval.search import (DEFAULT_MODE, MAX_TOP_K, Hit, SearchError, SearchFilters, default_mode, search,
                               search_modes)
 from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError, UpsertReport
+from ui import uploads
 from ui.chat import default_choice
 
 UPLOAD_TYPES = [".csv", ".tsv", ".jsonl"]
@@ -234,25 +231,22 @@ def make_table_handlers(store: MovieStore):
     def receive_upload(file_path):
         """Copy the upload under the data directory (kept server-side) and offer its columns."""
         empty = [gr.Dropdown(choices=[], value=None) for _ in MAP_FIELDS]
-        if not file_path:
-            return None, "", *empty
-        src = Path(file_path)
-        if src.suffix.lower() not in UPLOAD_TYPES:
-            return None, f"⚠️ {src.name}: use a {', '.join(UPLOAD_TYPES)} file.", *empty
-        dest_dir = runs.data_dir() / "uploads"
-        dest_dir.mkdir(parents=True, exist_ok=True)
-        dest = dest_dir / f"{uuid.uuid4().hex[:8]}{src.suffix.lower()}"
-        shutil.copyfile(src, dest)
         try:
-            frame = movie_data.read_table(dest, max_rows=200)
+            upload = uploads.store_upload(file_path, UPLOAD_TYPES)
+        except uploads.UploadRefused as exc:
+            return None, f"⚠️ {exc}", *empty
+        if upload is None:
+            return None, "", *empty
+        try:
+            frame = movie_data.read_table(upload.path, max_rows=200)
         except movie_data.MovieDataError as exc:
-            dest.unlink(missing_ok=True)
-            return None, f"⚠️ {str(exc).replace(dest.name, src.name)}", *empty
+            upload.discard()
+            return None, f"⚠️ {upload.tell(str(exc))}", *empty
         columns = [str(c) for c in frame.columns]
         guess = movie_data.guess_mapping(columns)
         drops = [gr.Dropdown(choices=[""] + columns, value=guess.get(field) or "") for field, _ in MAP_FIELDS]
-        return ({"path": str(dest), "name": src.name},
-                f"{src.name}: {len(columns)} columns. Check the mapping, then add the films.", *drops)
+        return ({"path": str(upload.path), "name": upload.name},
+                f"{upload.name}: {len(columns)} columns. Check the mapping, then add the films.", *drops)
 
     # One parameter per MAP_FIELDS entry, in its order: Gradio injects request and progress only into
     # parameters before any *args (with `*mapping_values` the upload showed no progress at all).
