@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import html
 import threading
-from typing import Callable
 
 import gradio as gr
 
@@ -19,6 +18,7 @@ from retrieval.search import (DEFAULT_MODE, MAX_TOP_K, Hit, SearchError, SearchF
                               search_modes)
 from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError, UpsertReport
 from ui import uploads
+from ui.tab import PageLoad, Tab, TabContext
 from ui.chat import default_choice
 
 UPLOAD_TYPES = [".csv", ".tsv", ".jsonl"]
@@ -299,8 +299,9 @@ def make_table_handlers(store: MovieStore):
 # ---- layout ------------------------------------------------------------------------------------
 
 
-def build(cache: ModelCache, store: MovieStore) -> tuple[Callable, list, list]:
-    """Add the RAG tab. Returns the page-load handler, its inputs and its outputs."""
+def build(ctx: TabContext) -> Tab:
+    """Add the RAG tab. On page load it reads the table's state and the chat models on disk."""
+    cache, store = ctx.cache, ctx.store
     do_search, do_answer = make_handlers(store, cache)
     build_bundled, receive_upload, add_upload, add_wiki, rebuild, cancel_ingest = make_table_handlers(store)
     with gr.Tab("RAG", id="rag"):
@@ -394,4 +395,4 @@ def build(cache: ModelCache, store: MovieStore) -> tuple[Callable, list, list]:
                                                        else default_choice()),
                 gr.Radio(value=default_mode(info.rows)))
 
-    return load, [model], [status, genres, embedder, model, mode]
+    return Tab(loads=(PageLoad(load, [model], [status, genres, embedder, model, mode]),))

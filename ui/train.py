@@ -20,6 +20,7 @@ from pipeline.data import DatasetError, load_rows, read_table
 from pipeline.models import catalog_choices, check_processes, gpu_count
 from pipeline.rewards import reward_registry
 from ui import uploads, views
+from ui.tab import PageLoad, Tab, TabContext
 from ui.form import (
     HYPER_FIELDS, REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, form_to_config, number_bounds,
     reward_rows,
@@ -445,9 +446,10 @@ def fill_preset(name: str, allow_custom: bool = False) -> dict[str, Any]:
 # ---- layout ------------------------------------------------------------------------------------
 
 
-def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, list[gr.components.Component]]:
-    """Add the Train tab to the enclosing gr.Blocks. Returns what the page load runs to offer the runs on disk:
-    refresh_runs, its input and its outputs. The page load also starts LIVE_POLL_JS."""
+def build(ctx: TabContext) -> Tab:
+    """Add the Train tab to the enclosing gr.Blocks. On page load it offers the runs on disk (refresh_runs: a
+    reload finds the active or latest run again), folds the settings and starts LIVE_POLL_JS."""
+    allow_custom = ctx.allow_custom_rewards
     defaults = config_to_form(RunConfig())
     with gr.Tab(TAB_LABEL, id="train"):
         allow = gr.State(allow_custom)
@@ -630,4 +632,5 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
                            {*watch.values(), probe_plot, probes_panel, probe_pick, probe_sig, eval_box, eval_sig, table,
                             table_sig},
                            show_progress="hidden", trigger_mode="always_last", api_visibility="private")
-    return refresh_runs, run_select, [run_select, table, compare, action_run]
+    return Tab(loads=(PageLoad(refresh_runs, [run_select], [run_select, table, compare, action_run]),),
+               scripts=(CLOSE_SETTINGS_JS, LIVE_POLL_JS))

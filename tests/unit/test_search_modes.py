@@ -36,9 +36,10 @@ def test_a_registered_mode_appears_in_the_rag_tab(fake_mode, tmp_path):
     from pipeline.generate import ModelCache
     from retrieval.store import MovieStore
     from ui import rag
+    from ui.tab import TabContext
 
     with gr.Blocks() as demo:
-        rag.build(ModelCache(capacity=1), MovieStore(tmp_path / "db", table_name="t"))
+        rag.build(TabContext(ModelCache(capacity=1), MovieStore(tmp_path / "db", table_name="t")))
     radio = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "rag-mode")
     assert ("Fake (test only)", "fake") in radio.choices
     assert [name for _, name in radio.choices] == search_modes.names()
