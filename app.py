@@ -10,29 +10,48 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 
 
-def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None):
+def chat_tab(ctx):
+    """The Chat tab under the tabs' contract (ui/tab.py). ui/chat.py still has its older build(cache): this
+    adapter goes once that module's own build takes a TabContext."""
+    from ui import chat
+    from ui.tab import PageLoad, Tab
+
+    load_choices, models = chat.build(ctx.cache)
+    return Tab(loads=(PageLoad(load_choices, models, models),))
+
+
+def tab_builders() -> list:
+    """The tabs in page order, each a `build(ctx: TabContext) -> Tab` (ui/tab.py). A new tab is one entry."""
+    from ui import rag, reward_bench, train
+
+    return [train.build, reward_bench.build, chat_tab, rag.build]
+
+
+def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None, tabs: list | None = None):
     import gradio as gr
 
     from pipeline.generate import ModelCache
     from retrieval.store import MovieStore
-    from ui import chat, rag, reward_bench, train
+    from ui.tab import TabContext
 
-    cache = ModelCache(capacity=2)  # shared by Chat, RAG and the reward bench: at most two models in memory
-    store = MovieStore(lancedb_uri)  # the movie-plot table (default <data>/lancedb), shared by every session
+    ctx = TabContext(
+        cache=ModelCache(capacity=2),  # shared by Chat, RAG and the reward bench: at most two models in memory
+        store=MovieStore(lancedb_uri),  # the movie-plot table (default <data>/lancedb), shared by every session
+        allow_custom_rewards=allow_custom_rewards,
+    )
     with gr.Blocks(title="GRPO Studio") as demo:
         gr.Markdown("# GRPO Studio\nFine-tune a small model with GRPO and watch why it moves: every group, "
                     "every reward, every advantage.")
         with gr.Tabs():
-            refresh_runs, run_select, outputs = train.build(allow_custom_rewards)
-            reward_bench.build(cache, allow_custom_rewards)
-            load_chat_choices, chat_models = chat.build(cache)
-            load_rag, rag_inputs, rag_outputs = rag.build(cache, store)
-        # A reload (or a restarted app) finds the active or latest run again, read from disk.
-        demo.load(refresh_runs, run_select, outputs)
-        demo.load(load_chat_choices, chat_models, chat_models)
-        demo.load(load_rag, rag_inputs, rag_outputs)
-        demo.load(None, js=train.CLOSE_SETTINGS_JS)  # see ui/train.py: the settings are mounted, then folded
-        demo.load(None, js=train.LIVE_POLL_JS)  # the Train tab's live view: redrawn when the run files change
+            built = [build(ctx) for build in (tab_builders() if tabs is None else tabs)]
+        # A reload (or a restarted app) finds each tab's state again, read from disk; then the browser scripts
+        # (the Train tab's: fold the settings once mounted, poll the run files for its live view).
+        for tab in built:
+            for load in tab.loads:
+                demo.load(load.fn, list(load.inputs), list(load.outputs))
+        for tab in built:
+            for script in tab.scripts:
+                demo.load(None, js=script)
     return demo
 
 

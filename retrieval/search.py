@@ -5,22 +5,21 @@ LanceDB expression with `col`/`lit`; no user text is ever pasted into a SQL stri
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator
 
 from retrieval.movies import FIELDS, YEAR_RANGE, Movie
 
 MAX_TOP_K = 50
 MAX_QUERY_CHARS = 2000
-# vector: the whole plot's embedding. hybrid: vector + full-text keywords, fused by reciprocal rank.
-# chunks: the plot's embedding blended with its best sentence's (retrieval/chunks.py).
-# chunks+keywords: chunks fused with keywords, the keywords widened by the storytelling glossary
-# (retrieval/glossary.py). bench/rag_relevance.py measures each; docs/rag.md's RAG relevance table says why
-# the tab defaults to one.
-MODES = ("vector", "hybrid", "chunks", "chunks+keywords")
+# The search modes are declared once, in `search_modes` at the end of this file: name, the RAG tab's label, the
+# function that runs it and its help. bench/rag_relevance.py measures each; docs/rag.md's RAG relevance table
+# says why the tab defaults to one.
 DEFAULT_MODE = "chunks+keywords"
 # Above this many films the tab starts on plain vector search: the sentence table holds about four rows a film
 # and its first build costs about four times the upload's own embedding, and bench/rag.py's 50 ms p95 at
 # 50,000 films is the vector path (with its ANN index from retrieval.store.ANN_MIN_ROWS, the same size).
 SENTENCE_MODES_MAX_ROWS = 10_000
+LARGE_TABLE_MODE = "vector"
 RESULT_COLUMNS = list(FIELDS)
 ANN_EF = 64  # recall@10 vs brute force ~0.95 at 50k films (default ef: ~0.80), for a few ms more
 # Selecting the score columns by name adopts LanceDB's future behaviour (no scoring autoprojection), which
@@ -41,7 +40,7 @@ def default_mode(rows: int) -> str:
     >>> default_mode(330), default_mode(50_000)
     ('chunks+keywords', 'vector')
     """
-    return DEFAULT_MODE if rows <= SENTENCE_MODES_MAX_ROWS else "vector"
+    return DEFAULT_MODE if rows <= SENTENCE_MODES_MAX_ROWS else LARGE_TABLE_MODE
 
 
 class SearchError(ValueError):
@@ -278,24 +277,109 @@ def _vector(table, text: str, filters: SearchFilters) -> list[Hit]:
     return [_hit(r, r["_distance"], "distance") for r in build_query(table, text, filters).to_list()]
 
 
+def _hybrid(table, text: str, filters: SearchFilters, chunks, *, rrf_k: int, chunk_weight: float,
+            widen: bool) -> list[Hit]:
+    return _fused(table, text, filters, _vector(table, text, _wide(filters)), _keywords(text, widen), rrf_k)
+
+
+def _chunks(table, text: str, filters: SearchFilters, chunks, *, rrf_k: int, chunk_weight: float,
+            widen: bool) -> list[Hit]:
+    return _chunked(table, text, filters, chunks, chunk_weight)
+
+
+def _chunks_keywords(table, text: str, filters: SearchFilters, chunks, *, rrf_k: int, chunk_weight: float,
+                     widen: bool) -> list[Hit]:
+    dense = _chunked(table, text, _wide(filters), chunks, chunk_weight)
+    return _fused(table, text, filters, dense, _keywords(text, widen), rrf_k)
+
+
+def _vector_mode(table, text: str, filters: SearchFilters, chunks, *, rrf_k: int, chunk_weight: float,
+                 widen: bool) -> list[Hit]:
+    return _vector(table, text, filters)
+
+
+def _keywords(text: str, widen: bool) -> str:
+    """The keyword leg's text: the query, widened by the storytelling glossary when asked."""
+    if not widen:
+        return text
+    from retrieval.glossary import expand
+
+    return expand(text)[0]
+
+
+@dataclass(frozen=True)
+class SearchMode:
+    """One way to search the table. `run(table, text, filters, chunks, *, rrf_k, chunk_weight, widen)` returns
+    the hits, best first."""
+
+    name: str
+    label: str                       # as the RAG tab names it
+    run: Callable[..., list[Hit]]
+    help: str
+    uses_chunks: bool = False        # needs the sentence table (retrieval/chunks.py) synced before it runs
+    glossary: bool = False           # its keyword leg is widened by the glossary unless told otherwise
+
+
+class SearchModes:
+    """The search modes by name, in the order the RAG tab lists them. An unknown name fails with the list of
+    valid names.
+
+    >>> [m.name for m in search_modes]
+    ['chunks+keywords', 'chunks', 'hybrid', 'vector']
+    """
+
+    def __init__(self) -> None:
+        self._modes: dict[str, SearchMode] = {}
+
+    def register(self, mode: SearchMode) -> None:
+        self._modes[mode.name] = mode
+
+    def unregister(self, name: str) -> None:
+        self._modes.pop(name, None)
+
+    def get(self, name: str) -> SearchMode:
+        try:
+            return self._modes[name]
+        except (KeyError, TypeError):
+            raise SearchError(f"Search mode must be one of {', '.join(self._modes)}.") from None
+
+    def names(self) -> list[str]:
+        return list(self._modes)
+
+    def choices(self) -> list[tuple[str, str]]:
+        """(label, name) pairs for a radio button."""
+        return [(m.label, m.name) for m in self._modes.values()]
+
+    def __contains__(self, name) -> bool:
+        return name in self._modes
+
+    def __iter__(self) -> Iterator[SearchMode]:
+        return iter(list(self._modes.values()))
+
+
+search_modes = SearchModes()
+# Best first on bench/rag_relevance.py (docs/rag.md, RAG relevance); the tab defaults to DEFAULT_MODE.
+search_modes.register(SearchMode(
+    "chunks+keywords", "Sentences + keywords", _chunks_keywords,
+    "chunks fused with full-text keywords by reciprocal rank, the keywords widened by the storytelling "
+    "glossary (retrieval/glossary.py).", uses_chunks=True, glossary=True))
+search_modes.register(SearchMode(
+    "chunks", "Sentences (plot + best sentence)", _chunks,
+    "the plot's embedding blended with its best sentence's (retrieval/chunks.py).", uses_chunks=True))
+search_modes.register(SearchMode(
+    "hybrid", "Hybrid (vector + keywords)", _hybrid,
+    "the whole plot's embedding and full-text keywords, fused by reciprocal rank."))
+search_modes.register(SearchMode(
+    "vector", "Vector", _vector_mode, "the whole plot's embedding."))
+
+
 def search(table, query: str, filters: SearchFilters, mode: str = "vector", chunks=None, *, rrf_k: int = RRF_K,
            chunk_weight: float = CHUNK_WEIGHT, glossary: bool | None = None) -> list[Hit]:
     """The films closest to `query` among those the filters allow, best first. `chunks` (a
     retrieval.chunks.PlotChunks of the same store) is needed for the chunk modes. `rrf_k`, `chunk_weight`
-    and `glossary` (widen the keyword leg; on by default in chunks+keywords) are for the benchmark."""
-    if mode not in MODES:
-        raise SearchError(f"Search mode must be one of {', '.join(MODES)}.")
+    and `glossary` (widen the keyword leg; on by default in the modes declared with `glossary=True`) are for
+    the benchmark."""
+    found = search_modes.get(mode)
     text = check_query(query)
-    if mode == "vector":
-        return _vector(table, text, filters)
-    if mode == "chunks":
-        return _chunked(table, text, filters, chunks, chunk_weight)
-    from retrieval.glossary import expand
-
-    widen = (mode == "chunks+keywords") if glossary is None else glossary
-    keywords = expand(text)[0] if widen else text
-    if mode == "hybrid":
-        dense = _vector(table, text, _wide(filters))
-    else:
-        dense = _chunked(table, text, _wide(filters), chunks, chunk_weight)
-    return _fused(table, text, filters, dense, keywords, rrf_k)
+    widen = found.glossary if glossary is None else glossary
+    return found.run(table, text, filters, chunks, rrf_k=rrf_k, chunk_weight=chunk_weight, widen=widen)

@@ -44,6 +44,18 @@ def form_keys(cls: type[RunConfig] = RunConfig) -> list[str]:
 HYPER_FIELDS = [f.name for f in form_fields()]
 
 
+def number_bounds(field: dataclasses.Field) -> dict[str, Any]:
+    """The inclusive bounds a number box can enforce, from the field's metadata (`minimum`, `maximum`). Open
+    bounds (`above`, `below`) are left to RunConfig.problems(): a number box's are inclusive.
+
+    >>> from pipeline.config import RunConfig
+    >>> fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    >>> number_bounds(fields["top_p"]), number_bounds(fields["save_steps"]), number_bounds(fields["seed"])
+    ({'maximum': 1}, {'minimum': 1}, {})
+    """
+    return {key: field.metadata[key] for key in ("minimum", "maximum") if key in field.metadata}
+
+
 def reward_rows(config: RunConfig | None = None, allow_custom: bool = False) -> list[list[Any]]:
     """Rows for the rewards table: every registered reward, on/off, weight and parameters."""
     active = {s.name: s for s in (config or RunConfig()).rewards}

@@ -5,28 +5,23 @@ CSV, and the embedder."""
 from __future__ import annotations
 
 import html
-import shutil
 import threading
-import uuid
-from typing import Callable
-from pathlib import Path
 
 import gradio as gr
 
-from pipeline import runs
 from pipeline.generate import ModelCache, chat_choices, generation_error_message
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
 from retrieval.chunks import PlotChunks
 from retrieval.glossary import expand
-from retrieval.search import DEFAULT_MODE, MAX_TOP_K, Hit, SearchError, SearchFilters, default_mode, search
+from retrieval.search import (DEFAULT_MODE, MAX_TOP_K, Hit, SearchError, SearchFilters, default_mode, search,
+                              search_modes)
 from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError, UpsertReport
+from ui import uploads
+from ui.tab import PageLoad, Tab, TabContext
 from ui.chat import default_choice
 
 UPLOAD_TYPES = [".csv", ".tsv", ".jsonl"]
-# Search modes as the tab names them; the default is the best on bench/rag_relevance.py (docs/rag.md, RAG relevance).
-MODE_CHOICES = [("Sentences + keywords", "chunks+keywords"), ("Sentences (plot + best sentence)", "chunks"),
-                ("Hybrid (vector + keywords)", "hybrid"), ("Vector", "vector")]
 MAP_FIELDS = [("title", "Title"), ("release_year", "Release year"), ("plot", "Plot"), ("genre", "Genre"),
               ("director", "Director"), ("id", "Id")]
 EXAMPLES = [
@@ -86,7 +81,7 @@ def used_markdown(hits: list[Hit], used: list[int]) -> str:
 
 def keywords_note(query, mode) -> str:
     """What the storytelling glossary added to the keyword search, shown under the results."""
-    if mode != "chunks+keywords":
+    if mode not in search_modes or not search_modes.get(mode).glossary:
         return ""
     added = expand(" ".join(str(query or "").split()))[1]
     return f"<div class='gs-formula'>Keywords also searched: {html.escape(' '.join(added))}</div>" if added else ""
@@ -96,10 +91,11 @@ def make_handlers(store: MovieStore, cache: ModelCache, chunks: PlotChunks | Non
     chunks = chunks or PlotChunks(store)
 
     def ensure_table(progress, mode=None) -> None:
+        uses_chunks = mode is not None and search_modes.get(mode).uses_chunks  # an unknown mode fails first
         if store.table() is None:
             report = store.upsert(movie_data.load_bundled(), progress=_progress_fn(progress))
             gr.Info(f"Built the movie table: {report.summary()}")
-        if mode in ("chunks", "chunks+keywords"):
+        if uses_chunks:
             # Sentences of films added since the last search are embedded once (nothing when none were).
             chunks.sync(progress=_progress_fn(progress))
 
@@ -235,25 +231,22 @@ def make_table_handlers(store: MovieStore):
     def receive_upload(file_path):
         """Copy the upload under the data directory (kept server-side) and offer its columns."""
         empty = [gr.Dropdown(choices=[], value=None) for _ in MAP_FIELDS]
-        if not file_path:
-            return None, "", *empty
-        src = Path(file_path)
-        if src.suffix.lower() not in UPLOAD_TYPES:
-            return None, f"⚠️ {src.name}: use a {', '.join(UPLOAD_TYPES)} file.", *empty
-        dest_dir = runs.data_dir() / "uploads"
-        dest_dir.mkdir(parents=True, exist_ok=True)
-        dest = dest_dir / f"{uuid.uuid4().hex[:8]}{src.suffix.lower()}"
-        shutil.copyfile(src, dest)
         try:
-            frame = movie_data.read_table(dest, max_rows=200)
+            upload = uploads.store_upload(file_path, UPLOAD_TYPES)
+        except uploads.UploadRefused as exc:
+            return None, f"⚠️ {exc}", *empty
+        if upload is None:
+            return None, "", *empty
+        try:
+            frame = movie_data.read_table(upload.path, max_rows=200)
         except movie_data.MovieDataError as exc:
-            dest.unlink(missing_ok=True)
-            return None, f"⚠️ {str(exc).replace(dest.name, src.name)}", *empty
+            upload.discard()
+            return None, f"⚠️ {upload.tell(str(exc))}", *empty
         columns = [str(c) for c in frame.columns]
         guess = movie_data.guess_mapping(columns)
         drops = [gr.Dropdown(choices=[""] + columns, value=guess.get(field) or "") for field, _ in MAP_FIELDS]
-        return ({"path": str(dest), "name": src.name},
-                f"{src.name}: {len(columns)} columns. Check the mapping, then add the films.", *drops)
+        return ({"path": str(upload.path), "name": upload.name},
+                f"{upload.name}: {len(columns)} columns. Check the mapping, then add the films.", *drops)
 
     # One parameter per MAP_FIELDS entry, in its order: Gradio injects request and progress only into
     # parameters before any *args (with `*mapping_values` the upload showed no progress at all).
@@ -306,8 +299,9 @@ def make_table_handlers(store: MovieStore):
 # ---- layout ------------------------------------------------------------------------------------
 
 
-def build(cache: ModelCache, store: MovieStore) -> tuple[Callable, list, list]:
-    """Add the RAG tab. Returns the page-load handler, its inputs and its outputs."""
+def build(ctx: TabContext) -> Tab:
+    """Add the RAG tab. On page load it reads the table's state and the chat models on disk."""
+    cache, store = ctx.cache, ctx.store
     do_search, do_answer = make_handlers(store, cache)
     build_bundled, receive_upload, add_upload, add_wiki, rebuild, cancel_ingest = make_table_handlers(store)
     with gr.Tab("RAG", id="rag"):
@@ -329,7 +323,8 @@ def build(cache: ModelCache, store: MovieStore) -> tuple[Callable, list, list]:
                                           elem_id="rag-genres")
                 with gr.Row():
                     top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Top-k films")
-                    mode = gr.Radio(MODE_CHOICES, value=DEFAULT_MODE, label="Search", elem_id="rag-mode")
+                    mode = gr.Radio(search_modes.choices(), value=DEFAULT_MODE, label="Search",
+                                    elem_id="rag-mode")
                 model = gr.Dropdown(label="Answering model", choices=chat_choices(), value=default_choice(),
                                     elem_id="rag-model")
                 with gr.Row():
@@ -400,4 +395,4 @@ def build(cache: ModelCache, store: MovieStore) -> tuple[Callable, list, list]:
                                                        else default_choice()),
                 gr.Radio(value=default_mode(info.rows)))
 
-    return load, [model], [status, genres, embedder, model, mode]
+    return Tab(loads=(PageLoad(load, [model], [status, genres, embedder, model, mode]),))

@@ -13,6 +13,7 @@ from pipeline.reward_check import needs_isolation, score_isolated
 from pipeline.rewards import build_rewards, score
 from ui import views
 from ui.form import REWARD_COLUMNS, reward_rows, rewards_from_rows
+from ui.tab import Tab, TabContext
 
 SEPARATOR = "---"
 BENCH_TIMEOUT_S = 30.0
@@ -93,8 +94,9 @@ def make_sampler(cache: ModelCache):
     return sample_group
 
 
-def build(cache: ModelCache, allow_custom: bool = False) -> None:
-    """Add the Reward test bench tab; `cache` is the app's model cache (shared with Chat and RAG)."""
+def build(ctx: TabContext) -> Tab:
+    """Add the Reward test bench tab; it samples with the app's model cache (shared with Chat and RAG)."""
+    cache, allow_custom = ctx.cache, ctx.allow_custom_rewards
     with gr.Tab("Reward test bench", id="bench"):
         gr.Markdown("Try rewards on a group before spending compute. Each completion gets its per-reward "
                     "scores and weighted total; the advantages are computed exactly as TRL's GRPOTrainer does.")
@@ -131,3 +133,4 @@ def build(cache: ModelCache, allow_custom: bool = False) -> None:
         # The same queue as Chat's replies: both generate with the cache's models.
         sample_btn.click(make_sampler(cache), [model, prompt, g, temperature, max_tokens], [candidates, summary],
                          concurrency_id="chat", concurrency_limit=2, api_name="sample_group")
+    return Tab()

@@ -8,8 +8,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import shutil
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,9 +19,11 @@ from pipeline.config import PRESETS, BUNDLED_MODEL_ID, ConfigError, RunConfig, a
 from pipeline.data import DatasetError, load_rows, read_table
 from pipeline.models import catalog_choices, check_processes, gpu_count
 from pipeline.rewards import reward_registry
-from ui import views
+from ui import uploads, views
+from ui.tab import PageLoad, Tab, TabContext
 from ui.form import (
-    HYPER_FIELDS, REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, form_to_config, reward_rows,
+    HYPER_FIELDS, REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, form_to_config, number_bounds,
+    reward_rows,
 )
 
 # The "All settings" accordion is built open, so Gradio mounts its fields with the page, and folded once the
@@ -59,7 +59,8 @@ def reward_docs() -> str:
 
 
 def hyper_component(spec: dataclasses.Field, default: Any) -> gr.components.Component:
-    """One setting's component, from its RunConfig field: label, help and choices come from the metadata."""
+    """One setting's component, from its RunConfig field: label, help, choices and a number's bounds come from
+    the metadata."""
     meta = spec.metadata
     kwargs = dict(label=meta["label"], info=meta["help"], value=default)
     if "choices" in meta:
@@ -67,7 +68,7 @@ def hyper_component(spec: dataclasses.Field, default: Any) -> gr.components.Comp
     if isinstance(default, bool):
         return gr.Checkbox(**kwargs)
     if isinstance(default, (int, float)):
-        return gr.Number(precision=0 if isinstance(default, int) else None, **kwargs)
+        return gr.Number(precision=0 if isinstance(default, int) else None, **number_bounds(spec), **kwargs)
     return gr.Textbox(**kwargs)
 
 
@@ -84,24 +85,22 @@ def run_path(name: str | None) -> Path | None:
 
 def store_upload(file_path: str | None) -> tuple[str, gr.Dropdown, gr.Dropdown, str]:
     """Copy an upload under the data directory and offer its columns."""
-    if not file_path:
-        return "", gr.Dropdown(choices=[]), gr.Dropdown(choices=[]), ""
-    src = Path(file_path)
-    if src.suffix.lower() not in UPLOAD_TYPES:
-        return "", gr.Dropdown(choices=[]), gr.Dropdown(choices=[]), (
-            f"❌ {src.name}: use a {', '.join(UPLOAD_TYPES)} file.")
-    dest_dir = runs.data_dir() / "uploads"
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    dest = dest_dir / f"{uuid.uuid4().hex[:8]}-{src.name}"
-    shutil.copyfile(src, dest)
+    nothing = ("", gr.Dropdown(choices=[]), gr.Dropdown(choices=[]))
     try:
-        _, columns = read_table(dest)
+        upload = uploads.store_upload(file_path, UPLOAD_TYPES)
+    except uploads.UploadRefused as exc:
+        return *nothing, f"❌ {exc}"
+    if upload is None:
+        return *nothing, ""
+    try:
+        _, columns = read_table(upload.path)
     except DatasetError as exc:
-        return "", gr.Dropdown(choices=[]), gr.Dropdown(choices=[]), f"❌ {exc}"
+        upload.discard()
+        return *nothing, f"❌ {upload.tell(str(exc))}"
     prompt = next((c for c in columns if c.lower() in ("prompt", "question", "text", "input")), columns[0])
     answer = next((c for c in columns if c.lower() in ("answer", "solution", "target", "label")), None)
-    return (str(dest), gr.Dropdown(choices=columns, value=prompt),
-            gr.Dropdown(choices=[""] + columns, value=answer or ""), f"✓ {src.name}: {len(columns)} columns.")
+    return (str(upload.path), gr.Dropdown(choices=columns, value=prompt),
+            gr.Dropdown(choices=[""] + columns, value=answer or ""), f"✓ {upload.name}: {len(columns)} columns.")
 
 
 def keyed(handler: Callable[..., dict[str, Any]], components: dict[str, Any]) -> Callable[..., Any]:
@@ -400,20 +399,6 @@ def stop_evaluation(name: str | None):
     return f"⏹ Stop requested for the evaluation of **{evaluated[0].name}**."
 
 
-def eval_result_markdown(name: str, result: dict) -> str:
-    lines = [f"**{name}** on {result['n']} held-out prompts (greedy):", "",
-             "| | mean total | " + " | ".join(result["base"]["rewards"]) + " |",
-             "|---|---|" + "---|" * len(result["base"]["rewards"])]
-    for side in ("base", "tuned"):
-        r = result[side]
-        lines.append(f"| {side} | {r['reward_mean']:.3f} | " + " | ".join(
-            "-" if v is None else f"{v:.3f}" for v in r["rewards"].values()) + " |")
-    lines.append(f"\nDelta (tuned - base): **{result['delta']:+.3f}**")
-    if result.get("gap_closed") is not None:
-        lines.append(f" · gap closed: **{result['gap_closed']:.1%}**")
-    return "\n".join(lines)
-
-
 def eval_view(name: str | None, last_sig=None):
     """Live view: the evaluation of the Runs panel's run (or, when it has none, one running elsewhere),
     read from eval_status.json and eval.json. Returns (markdown or gr.skip(), signature)."""
@@ -429,25 +414,13 @@ def eval_view(name: str | None, last_sig=None):
         return gr.skip(), last_sig
     if path is None or (status is None and mtime is None):
         return "", sig
-    label = f"**{path.name}**"
-    if state == "queued":
-        return f"⏳ Evaluation of {label}: starting...", sig
-    if state == "running":
-        done, total = status.get("done") or 0, status.get("total")
-        eta = status.get("eta_s")
-        count = f" · {done}/{total} answers" if total else ""
-        eta_text = f" · about {views._fmt_seconds(eta)} left" if eta is not None else ""
-        return f"⏳ Evaluating {label}: {status.get('phase') or 'starting'}{count}{eta_text}", sig
-    if state == "failed":
-        return f"❌ Evaluation of {label} failed: {status.get('error') or 'see eval.log in the run folder'}", sig
-    if state == "stopped":
-        done = f"{status.get('done') or 0}/{status.get('total') or '?'}"
-        return f"⏹ Evaluation of {label} was stopped ({done} answers).", sig
-    try:
-        result = json.loads(result_file.read_text())
-        return eval_result_markdown(path.name, result), sig
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"❌ {label}'s eval.json can't be read ({exc}): press Evaluate to run it again.", sig
+    result = None
+    if state not in views.EVAL_UNFINISHED:
+        try:
+            result = json.loads(result_file.read_text())
+        except (OSError, ValueError) as exc:
+            result = exc
+    return views.eval_markdown(path.name, status, result), sig
 
 
 def delete_run(name: str | None, confirmed: bool):
@@ -473,9 +446,10 @@ def fill_preset(name: str, allow_custom: bool = False) -> dict[str, Any]:
 # ---- layout ------------------------------------------------------------------------------------
 
 
-def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, list[gr.components.Component]]:
-    """Add the Train tab to the enclosing gr.Blocks. Returns what the page load runs to offer the runs on disk:
-    refresh_runs, its input and its outputs. The page load also starts LIVE_POLL_JS."""
+def build(ctx: TabContext) -> Tab:
+    """Add the Train tab to the enclosing gr.Blocks. On page load it offers the runs on disk (refresh_runs: a
+    reload finds the active or latest run again), folds the settings and starts LIVE_POLL_JS."""
+    allow_custom = ctx.allow_custom_rewards
     defaults = config_to_form(RunConfig())
     with gr.Tab(TAB_LABEL, id="train"):
         allow = gr.State(allow_custom)
@@ -658,4 +632,5 @@ def build(allow_custom: bool = False) -> tuple[Callable[..., Any], gr.Dropdown, 
                            {*watch.values(), probe_plot, probes_panel, probe_pick, probe_sig, eval_box, eval_sig, table,
                             table_sig},
                            show_progress="hidden", trigger_mode="always_last", api_visibility="private")
-    return refresh_runs, run_select, [run_select, table, compare, action_run]
+    return Tab(loads=(PageLoad(refresh_runs, [run_select], [run_select, table, compare, action_run]),),
+               scripts=(CLOSE_SETTINGS_JS, LIVE_POLL_JS))

@@ -1,6 +1,6 @@
 """What the Train tab shows, computed from run-directory data: chart frames, the progress bar,
-health warnings, the group inspector and the held-out probes (completions over time). Pure functions
-(pandas, no gradio), tested directly."""
+health warnings, the group inspector, the held-out probes (completions over time) and the evaluation.
+Pure functions (pandas, no gradio), tested directly."""
 
 from __future__ import annotations
 
@@ -394,3 +394,53 @@ def _probe_history(evals: list[dict], j: int, chosen: int, key: str | None) -> s
     return (f"<details class='gs-probe-history'><summary>total by step: {' → '.join(cells)}</summary>"
             f"<table class='gs-table'><tr><th>step</th><th>total</th>{task_head}<th>answer</th></tr>"
             f"{''.join(rows)}</table></details>")
+
+
+# ---- evaluation (base vs tuned) ---------------------------------------------------------------------
+
+EVAL_UNFINISHED = ("queued", "running", "failed", "stopped")  # states with no eval.json to show
+
+
+def eval_result_markdown(name: str, result: dict) -> str:
+    """eval.json as a table: base and tuned, mean total and each reward, then the delta and the gap closed."""
+    lines = [f"**{name}** on {result['n']} held-out prompts (greedy):", "",
+             "| | mean total | " + " | ".join(result["base"]["rewards"]) + " |",
+             "|---|---|" + "---|" * len(result["base"]["rewards"])]
+    for side in ("base", "tuned"):
+        r = result[side]
+        lines.append(f"| {side} | {r['reward_mean']:.3f} | " + " | ".join(
+            "-" if v is None else f"{v:.3f}" for v in r["rewards"].values()) + " |")
+    lines.append(f"\nDelta (tuned - base): **{result['delta']:+.3f}**")
+    if result.get("gap_closed") is not None:
+        lines.append(f" · gap closed: **{result['gap_closed']:.1%}**")
+    return "\n".join(lines)
+
+
+def eval_markdown(name: str, status: dict | None, result: dict | Exception | None) -> str:
+    """The Runs panel's evaluation line: its state from eval_status.json while it runs or when it ended
+    early, else eval.json's table (`result`; the exception when eval.json could not be read).
+
+    >>> eval_markdown("run-1", {"state": "running", "phase": "tuned", "done": 3, "total": 8}, None)
+    '⏳ Evaluating **run-1**: tuned · 3/8 answers'
+    """
+    label = f"**{name}**"
+    state = (status or {}).get("state")
+    if state == "queued":
+        return f"⏳ Evaluation of {label}: starting..."
+    if state == "running":
+        done, total = status.get("done") or 0, status.get("total")
+        eta = status.get("eta_s")
+        count = f" · {done}/{total} answers" if total else ""
+        eta_text = f" · about {_fmt_seconds(eta)} left" if eta is not None else ""
+        return f"⏳ Evaluating {label}: {status.get('phase') or 'starting'}{count}{eta_text}"
+    if state == "failed":
+        return f"❌ Evaluation of {label} failed: {status.get('error') or 'see eval.log in the run folder'}"
+    if state == "stopped":
+        done = f"{status.get('done') or 0}/{status.get('total') or '?'}"
+        return f"⏹ Evaluation of {label} was stopped ({done} answers)."
+    try:
+        if isinstance(result, Exception):
+            raise result
+        return eval_result_markdown(name, result)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"❌ {label}'s eval.json can't be read ({exc}): press Evaluate to run it again."

@@ -6,6 +6,9 @@ from typing import Any
 
 from pipeline.rewards.text import completion_text
 
+# What the rewards table offers to edit: a reward that runs and scores everything 0.
+TEMPLATE = "def reward(completions, **kwargs):\n    return [0.0 for _ in completions]\n"
+
 
 class CustomPython:
     """User-typed code defining `reward(completions, **kwargs) -> list[float]`.
@@ -14,7 +17,7 @@ class CustomPython:
     --allow-custom-rewards, and only the trainer subprocess ever calls it.
     """
 
-    def __init__(self, code: str = "", name: str = "custom"):
+    def __init__(self, code: str = TEMPLATE, name: str = "custom"):
         self.code, self.__name__ = code, name
         self.max_value = None  # unknown: evaluation reports a plain delta
         namespace: dict[str, Any] = {}

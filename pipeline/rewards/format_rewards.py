@@ -57,7 +57,7 @@ class KeywordPresence:
     [-1.0, 0.0]
     """
 
-    def __init__(self, pattern: str = "", mode: str = "reward", value: float = 1.0, ignore_case: bool = False,
+    def __init__(self, pattern: str = "TL;DR", mode: str = "reward", value: float = 1.0, ignore_case: bool = False,
                  name: str = "keyword_presence"):
         if mode not in ("reward", "penalize"):
             raise ValueError("mode must be 'reward' or 'penalize'")

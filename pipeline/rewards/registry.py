@@ -1,10 +1,12 @@
 """The reward registry: names -> reward classes with typed, validated parameters. An unknown name
-fails with the list of valid names; the Train form and the reward bench are built from `describe()`."""
+fails with the list of valid names; the Train form and the reward bench are built from `describe()`.
+A parameter's default is the one its reward class's `__init__` declares: there is no second copy here."""
 
 from __future__ import annotations
 
+import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from pipeline.rewards.accuracy_rewards import ExactAnswer, NumericTolerance
@@ -14,12 +16,29 @@ from pipeline.rewards.meaning_rewards import PostSimilarity
 from pipeline.rewards.style_rewards import LengthTarget, TokenDiversity
 
 
-@dataclass
+@dataclass(frozen=True)
 class Param:
     kind: type
-    default: Any
     help: str
     choices: tuple = ()
+    default: Any = None  # filled in from the reward class by RewardDef; never written by hand
+
+
+def class_defaults(factory: Callable, names) -> dict[str, Any]:
+    """The defaults `factory`'s signature gives the parameters `names`; each must have one.
+
+    >>> class_defaults(LengthTarget, ["target", "unit"])
+    {'target': 50, 'unit': 'chars'}
+    """
+    signature = inspect.signature(factory)
+    out = {}
+    for key in names:
+        given = signature.parameters.get(key)
+        if given is None or given.default is inspect.Parameter.empty:
+            raise TypeError(f"{getattr(factory, '__name__', factory)} must take a parameter '{key}' with a default "
+                            "value: the registry reads the default from there.")
+        out[key] = given.default
+    return out
 
 
 @dataclass
@@ -31,6 +50,10 @@ class RewardDef:
     needs_answer: bool = False
     custom_code: bool = False
     needs_source: bool = False
+
+    def __post_init__(self) -> None:
+        defaults = class_defaults(self.factory, self.params)
+        self.params = {key: replace(p, default=defaults[key]) for key, p in self.params.items()}
 
 
 class RewardRegistry:
@@ -122,11 +145,11 @@ class RewardRegistry:
 reward_registry = RewardRegistry()
 reward_registry.register(RewardDef(
     "length_target", LengthTarget, "-|target - length|; peaks at the target length (the GRPO recipe's length reward).",
-    {"target": Param(int, 50, "Target length."),
-     "unit": Param(str, "chars", "Count characters or words.", ("chars", "words"))}))
+    {"target": Param(int, "Target length."),
+     "unit": Param(str, "Count characters or words.", ("chars", "words"))}))
 reward_registry.register(RewardDef(
     "token_diversity", TokenDiversity, "Unique-token share x scale; punishes repetition (the GRPO recipe's diversity reward).",
-    {"scale": Param(float, 100.0, "Multiplier on the 0..1 share.")}))
+    {"scale": Param(float, "Multiplier on the 0..1 share.")}))
 reward_registry.register(RewardDef(
     "strict_format", StrictFormat, "1 if the completion is exactly <think>...</think><answer>...</answer>."))
 reward_registry.register(RewardDef(
@@ -135,22 +158,21 @@ reward_registry.register(RewardDef(
     "exact_answer", ExactAnswer, "1 if the final answer equals the reference (normalised).", needs_answer=True))
 reward_registry.register(RewardDef(
     "numeric_tolerance", NumericTolerance, "1 if the final number is within tolerance of the reference (the GRPO tutorial's correctness reward).",
-    {"atol": Param(float, 1e-6, "Absolute tolerance."), "rtol": Param(float, 0.0, "Relative tolerance.")},
+    {"atol": Param(float, "Absolute tolerance."), "rtol": Param(float, "Relative tolerance.")},
     needs_answer=True))
 reward_registry.register(RewardDef(
     "keyword_presence", KeywordPresence, "Reward (or penalize) completions matching a regex.",
-    {"pattern": Param(str, "TL;DR", "Regular expression to look for."),
-     "mode": Param(str, "reward", "reward or penalize.", ("reward", "penalize")),
-     "value": Param(float, 1.0, "Score when it matches."),
-     "ignore_case": Param(bool, False, "Case-insensitive match.")}))
+    {"pattern": Param(str, "Regular expression to look for."),
+     "mode": Param(str, "reward or penalize.", ("reward", "penalize")),
+     "value": Param(float, "Score when it matches."),
+     "ignore_case": Param(bool, "Case-insensitive match.")}))
 reward_registry.register(RewardDef(
     "post_similarity", PostSimilarity,
     "Meaning kept: cosine of answer and post embeddings (bundled MiniLM), full marks at `full_at`; off-topic ~0.",
-    {"scale": Param(float, 100.0, "Score at full marks."),
-     "full_at": Param(float, 0.6, "Cosine that earns full marks (a good one-line summary reaches ~0.6).")},
+    {"scale": Param(float, "Score at full marks."),
+     "full_at": Param(float, "Cosine that earns full marks (a good one-line summary reaches ~0.6).")},
     needs_source=True))
 reward_registry.register(RewardDef(
     "custom_python", CustomPython, "Your own `reward(completions, **kwargs)` (needs --allow-custom-rewards).",
-    {"code": Param(str, "def reward(completions, **kwargs):\n    return [0.0 for _ in completions]\n",
-                   "Python source defining reward().")},
+    {"code": Param(str, "Python source defining reward().")},
     custom_code=True))

@@ -203,6 +203,8 @@ def _changed_everywhere() -> RunConfig:
             changes[spec.name] = next(c for c in spec.metadata["choices"] if c != value)
         elif isinstance(value, bool):
             changes[spec.name] = not value
+        elif "maximum" in spec.metadata:  # the number box refuses more: step down, still distinct (top_p 1.0 -> 0.8x)
+            changes[spec.name] = type(value)(value - (len(changes) + 2) / 100)
         elif isinstance(value, (int, float)):
             changes[spec.name] = type(value)(value + len(changes) + 2)  # distinct: a swap of two fields shows
         else:

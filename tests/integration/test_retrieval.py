@@ -4,7 +4,7 @@ idempotent upserts, embedder changes, hybrid search, answers from the bundled mo
 import pytest
 
 from retrieval import movies
-from retrieval.search import DEFAULT_MODE, MODES, SearchError, SearchFilters, search
+from retrieval.search import DEFAULT_MODE, SearchError, SearchFilters, search, search_modes
 from retrieval.embedder import BUNDLED_EMBEDDER, StoreError, bundled_embedder_dir
 from retrieval.store import MovieStore
 
@@ -156,7 +156,7 @@ def chunks(store):
     return index
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", search_modes.names())
 def test_every_mode_keeps_the_prefilter_and_fills_top_k_from_inside_it(store, chunks, mode):
     info = store.info()
     for low, high, genres in ((None, 1989, []), (1990, 1999, ["Thriller", "Crime"]), (2015, None, ["Horror"])):
@@ -206,7 +206,7 @@ def test_no_scoring_column_warning_in_any_mode(store, chunks, capfd):
     # LanceDB prints "search specified output columns but did not include `_distance`" (a Rust log line, on
     # the process's stderr) when a query selects columns without its score column.
     capfd.readouterr()
-    for mode in MODES:
+    for mode in search_modes.names():
         search(store.table(), "a detective hunts a killer", SearchFilters.parse(year_max=1999, top_k=5), mode,
                chunks=chunks)
     err = capfd.readouterr().err

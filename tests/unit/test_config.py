@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -107,3 +108,41 @@ def test_configs_written_with_a_boolean_scale_rewards_still_load():
 
     assert RunConfig.from_dict({"scale_rewards": True}).scale_rewards == "group"
     assert RunConfig.from_dict({"scale_rewards": False}).scale_rewards == "none"
+
+
+def test_a_field_range_in_metadata_is_checked_like_choices():
+    """min/max live in the field's metadata: problems() refuses a value outside with a message naming the field
+    and the range, and the form's number box gets the same inclusive bounds."""
+    import dataclasses
+
+    from pipeline.config import _form
+    from ui.form import number_bounds
+
+    @dataclasses.dataclass
+    class Sized(RunConfig):
+        chunk: int = dataclasses.field(default=4, metadata=_form("Chunk", "Rows per chunk.", minimum=1, maximum=64))
+        share: float = dataclasses.field(default=0.5, metadata=_form("Share", "A share.", above=0, below=1))
+
+    assert Sized().problems() == []
+    assert Sized(chunk=65).problems() == ["chunk must be between 1 and 64 (got 65)."]
+    assert Sized(chunk=0).problems() == ["chunk must be between 1 and 64 (got 0)."]
+    assert Sized(share=1.0).problems() == ["share must be in (0, 1) (got 1.0)."]
+    assert Sized(chunk="many").problems() == ["chunk must be a number (got 'many')."]
+    assert number_bounds(next(f for f in dataclasses.fields(Sized) if f.name == "chunk")) == {"minimum": 1,
+                                                                                               "maximum": 64}
+    with pytest.raises(TypeError, match="_form\\(\\) takes no maximun"):
+        _form("Chunk", "Rows per chunk.", maximun=64)
+
+
+def test_the_train_forms_number_boxes_take_the_fields_bounds():
+    import gradio as gr
+
+    from ui import train
+
+    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    with gr.Blocks():
+        box = train.hyper_component(fields["top_p"], 1.0)
+        steps = train.hyper_component(fields["save_steps"], 10)
+    assert (box.minimum, box.maximum) == (None, 1)
+    assert (steps.minimum, steps.maximum) == (1, None)
+    assert RunConfig(save_steps=0).problems() == ["save_steps must be at least 1 (got 0)."]

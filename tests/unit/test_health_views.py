@@ -113,3 +113,20 @@ def test_reward_hacking_stays_quiet_otherwise():
     both_trained = {"incremental_format": 1.0, "strict_format": 0.5}
     assert keys(hacking_history(up, down, both_trained)) == []  # no monitor: a trade-off GRPO may make
     assert keys([{k: v for k, v in r.items() if k != "reward_weights"} for r in hacking_history(up, down)]) == []
+
+
+def test_the_evaluation_renders_from_its_files_in_views():
+    """The Runs panel's evaluation line is a pure function of eval_status.json and eval.json (ui/views.py)."""
+    from ui.views import eval_markdown
+
+    result = {"n": 8, "base": {"reward_mean": -1.0, "rewards": {"length_target": -1.0, "custom": None}},
+              "tuned": {"reward_mean": 0.5, "rewards": {"length_target": 0.5, "custom": None}},
+              "delta": 1.5, "gap_closed": 0.75}
+    text = eval_markdown("run-1", {"state": "finished"}, result)
+    assert "| base | -1.000 | -1.000 | - |" in text and "| tuned | 0.500 | 0.500 | - |" in text
+    assert "Delta (tuned - base): **+1.500**" in text and "gap closed: **75.0%**" in text
+    assert eval_markdown("run-1", None, ValueError("Expecting value")) == (
+        "❌ **run-1**'s eval.json can't be read (Expecting value): press Evaluate to run it again.")
+    assert eval_markdown("run-1", {"state": "finished"}, {"n": 8}).startswith("❌ **run-1**'s eval.json can't be read")
+    assert eval_markdown("run-1", {"state": "stopped", "done": 3, "total": 8}, None) == (
+        "⏹ Evaluation of **run-1** was stopped (3/8 answers).")

@@ -10,7 +10,7 @@ import pytest
 from retrieval import movies
 from retrieval.chunks import MAX_CHUNKS_PER_FILM, split_plot
 from retrieval.glossary import expand
-from retrieval.search import DEFAULT_MODE, MODES, blend, rrf_fuse
+from retrieval.search import DEFAULT_MODE, blend, search_modes, rrf_fuse
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "rag_relevance.py"
 
@@ -94,4 +94,4 @@ def test_glossary_widens_craft_terms_only():
 
 
 def test_the_default_mode_is_one_of_the_modes():
-    assert DEFAULT_MODE in MODES
+    assert DEFAULT_MODE in search_modes

@@ -150,3 +150,29 @@ def test_post_similarity_needs_the_summarised_text():
         build_rewards([RewardSpec("post_similarity")])[0][0](["a summary"])
     cfg = RunConfig(dataset=DatasetSpec(source="arithmetic"), rewards=[RewardSpec("post_similarity")])
     assert any("post_similarity" in p and "TL;DR" in p for p in cfg.problems())
+
+
+def test_parameter_defaults_come_from_the_reward_class():
+    """The registry keeps no copy of a default: describe() and build() read the class's `__init__`."""
+    import inspect
+
+    from pipeline.rewards.registry import Param, RewardDef
+
+    for d in reward_registry.describe():
+        factory = reward_registry.get(d["name"]).factory
+        signature = inspect.signature(factory).parameters
+        assert {k: p["default"] for k, p in d["params"].items()} == {k: signature[k].default for k in d["params"]}
+
+    class Scaled:
+        def __init__(self, scale: float = 7.5, name: str = "scaled"):
+            self.scale, self.__name__ = scale, name
+
+    assert RewardDef("scaled", Scaled, "test", {"scale": Param(float, "Multiplier.")}).params["scale"].default == 7.5
+    assert reward_registry.build(RewardSpec("length_target")).target == 50  # LengthTarget's own default
+
+    class NoDefault:
+        def __init__(self, scale: float, name: str = "x"):
+            pass
+
+    with pytest.raises(TypeError, match="must take a parameter 'scale' with a default value"):
+        RewardDef("bad", NoDefault, "test", {"scale": Param(float, "Multiplier.")})

@@ -66,3 +66,34 @@ def test_both_tabs_take_a_csv(own_data, tmp_path):
     stored, message, *_ = receive_upload(str(films))
     assert stored["name"] == "films.csv" and message.startswith("films.csv: 3 columns.")
     assert len(stored_uploads(own_data)) == 2
+
+
+def test_the_shared_upload_helper_checks_copies_and_names(own_data, tmp_path):
+    """ui/uploads.py is the one place both tabs check, copy and name an upload."""
+    from ui import uploads
+
+    with pytest.raises(uploads.UploadRefused, match=r"^films\.txt: use a \.csv, \.tsv file\.$"):
+        uploads.store_upload(str(upload_file(tmp_path, "films.txt")), [".csv", ".tsv"])
+    assert stored_uploads(own_data) == [] and uploads.store_upload(None, [".csv"]) is None
+    stored = uploads.store_upload(str(upload_file(tmp_path, "My Films.CSV")), [".csv"])
+    assert stored.path.parent == own_data / "uploads" and stored.path.read_text() == CSV
+    assert stored.name == "My Films.CSV" and stored.tell(f"{stored.path.name}: bad row 2") == "My Films.CSV: bad row 2"
+    stored.discard()
+    assert stored_uploads(own_data) == []
+
+
+@pytest.mark.parametrize("tab", ["train", "rag"])
+def test_an_unreadable_upload_is_named_as_given_and_not_kept(own_data, tmp_path, tab):
+    from retrieval.store import MovieStore
+    from ui import rag as rag_ui
+    from ui.train import store_upload
+
+    bad = tmp_path / "broken.jsonl"
+    bad.write_text("{not json\n")
+    if tab == "train":
+        stored, *_, message = store_upload(str(bad))
+    else:
+        _, receive_upload, *_ = rag_ui.make_table_handlers(MovieStore(tmp_path / "db", table_name="t"))
+        stored, message, *_ = receive_upload(str(bad))
+    assert not stored and "broken.jsonl" in message, message
+    assert stored_uploads(own_data) == []

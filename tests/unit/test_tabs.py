@@ -1,0 +1,56 @@
+"""Every tab keeps one contract (ui/tab.py): `build(ctx: TabContext) -> Tab`. The app builds the tabs in
+order and registers what each hands back, so a new tab is a module with a build() and one entry in
+app.tab_builders()."""
+
+import inspect
+
+import pytest
+
+
+@pytest.fixture
+def own_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+def page_loads(demo) -> list:
+    return [f for f in demo.fns.values() if any(event == "load" for _, event in f.targets)]
+
+
+def test_a_new_tab_is_built_and_its_page_load_registered(own_data):
+    import gradio as gr
+
+    import app
+    from ui.tab import PageLoad, Tab, TabContext
+
+    seen = []
+
+    def greet():
+        return "hello"
+
+    def build(ctx: TabContext) -> Tab:
+        seen.append(ctx)
+        with gr.Tab("Fake", id="fake"):
+            box = gr.Textbox(elem_id="fake-box")
+        return Tab(loads=(PageLoad(greet, [], [box]),), scripts=("() => { window.fakeTab = 1; }",))
+
+    demo = app.build_app(allow_custom_rewards=True, tabs=[build])
+    assert len(seen) == 1 and seen[0].allow_custom_rewards is True and seen[0].cache is not None
+    assert any(getattr(b, "elem_id", None) == "fake-box" for b in demo.blocks.values())
+    loads = page_loads(demo)
+    assert [f.fn for f in loads if f.fn is not None] == [greet]
+    assert [f.js for f in loads if f.fn is None] == ["() => { window.fakeTab = 1; }"]
+
+
+def test_every_tab_of_the_app_keeps_the_contract(own_data):
+    import app
+    from ui.tab import Tab
+
+    for build in app.tab_builders():
+        assert list(inspect.signature(build).parameters) == ["ctx"], build
+    built = []
+    demo = app.build_app(tabs=[lambda ctx, b=b: built.append(b(ctx)) or built[-1] for b in app.tab_builders()])
+    assert len(built) == 4 and all(isinstance(tab, Tab) for tab in built)
+    # Train, Chat and RAG each re-read their state from disk on page load; Train adds its two scripts.
+    assert len([f for f in page_loads(demo) if f.fn is not None]) == 3
+    assert len([f for f in page_loads(demo) if f.fn is None]) == 2
