@@ -24,12 +24,16 @@ STATUS_FILE = "status.json"
 EVAL_STATUS_FILE = "eval_status.json"
 EVAL_LAUNCHER_FILE = "eval_launcher.json"
 EVAL_STATES = ("queued", "running", "done", "failed", "stopped")
+PUSH_STATUS_FILE = "push_status.json"  # a push of the merged model to the Hub (pipeline/export.py)
+PUSH_LAUNCHER_FILE = "push_launcher.json"
 # Who may write which state to which file (the table in docs/run-files.md).
 STATE_WRITERS: dict[tuple[str, str], tuple[str, ...]] = {
     (STATUS_FILE, "launcher"): ("queued", "failed"),  # "failed": the trainer could not be started
     (STATUS_FILE, "trainer"): ("running", "finished", "stopped", "failed"),
     (EVAL_STATUS_FILE, "launcher"): ("queued",),
     (EVAL_STATUS_FILE, "evaluator"): ("running", "done", "failed", "stopped"),
+    (PUSH_STATUS_FILE, "launcher"): ("queued",),
+    (PUSH_STATUS_FILE, "pusher"): ("running", "done", "failed", "stopped"),
 }
 
 

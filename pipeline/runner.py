@@ -169,6 +169,7 @@ class Job:
     processes: Callable[..., int] = lambda run_dir, **options: 1  # how many processes (GPUs) the launch uses
     before_launch: Callable[..., None] | None = None  # (run_dir, cmd, nproc): files the launch leaves first
     end_lingering: bool = False  # Stop on an ended job whose processes linger ends them (torchrun's ranks)
+    env: Callable[..., dict] = lambda run_dir, **options: {}  # extra environment (a secret never goes in argv)
 
 
 JOBS: dict[str, Job] = {}
@@ -235,7 +236,8 @@ def start(kind: str, run_dir: Path | None = None, **options: Any) -> Path:
             nproc = spec.processes(run_dir, **options)
             cmd = spec.command(run_dir, **{**options, "nproc": nproc})
             # Training's launch is _launch's default kind (and what tests stand in for with a plain function).
-            _launch(run_dir, cmd, nproc, **({} if kind == "train" else {"kind": kind}))
+            extra = {} if kind == "train" else {"kind": kind, "env": spec.env(run_dir, **options)}
+            _launch(run_dir, cmd, nproc, **extra)
         except BaseException:
             if created:
                 shutil.rmtree(run_dir, ignore_errors=True)  # no half-created run is left behind
@@ -243,7 +245,8 @@ def start(kind: str, run_dir: Path | None = None, **options: Any) -> Path:
     return run_dir
 
 
-def _launch(run_dir: Path, cmd: list[str], nproc: int = 1, kind: str = "train") -> subprocess.Popen:
+def _launch(run_dir: Path, cmd: list[str], nproc: int = 1, kind: str = "train",
+            env: dict | None = None) -> subprocess.Popen:
     spec = job(kind)
     if spec.before_launch is not None:
         spec.before_launch(run_dir, cmd, nproc)
@@ -253,7 +256,7 @@ def _launch(run_dir: Path, cmd: list[str], nproc: int = 1, kind: str = "train") 
     try:
         with open(run_dir / spec.log_file, "wb" if spec.fresh_log else "ab") as log:
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env=launch_env(nproc))
+                                    start_new_session=True, env={**launch_env(nproc), **(env or {})})
     except OSError as exc:
         # Nothing was started: a "queued" left here would read as a launch in progress and refuse every
         # Start until QUEUED_GRACE_S has passed. The launcher says why where it owns "failed", else forgets it.
@@ -331,6 +334,9 @@ def _refuse_training(run_dir, resume: bool = False, **_) -> None:
         if runs.eval_active(run_dir):
             raise RunnerError(f"Run '{run_dir.name}' is being evaluated, and resuming would replace the model the "
                               "evaluation reads. Wait for the evaluation to finish (a minute or two), or stop it.")
+        if is_active("push", run_dir):
+            raise RunnerError(f"Run '{run_dir.name}' is being pushed to the Hub, and resuming would replace the model "
+                              "the push uploads. Wait for the push to finish, or stop it.")
 
 
 def _new_training(cfg: RunConfig, label: str = "run", **_) -> Path:
@@ -427,3 +433,36 @@ def stop_eval(run_dir: Path, grace_s: float = 0.0) -> bool:
     """Ask a run's evaluation to stop (SIGTERM to its process group); it marks itself stopped. Returns
     False when there was nothing to stop."""
     return stop("eval", run_dir, grace_s)
+
+
+# ---- pushes to the Hugging Face Hub -------------------------------------------------------------------
+
+
+def _refuse_push(run_dir: Path, repo_id: str = "", token: str = "", **_) -> None:
+    from pipeline import export
+
+    problem = export.push_problem(run_dir, repo_id, token)
+    if problem:
+        raise RunnerError(problem)
+    if runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES:
+        raise RunnerError(f"Run '{run_dir.name}' is training: its merged model is written at the end. Push it then.")
+
+
+def _push_command(run_dir: Path, repo_id: str = "", **_) -> list[str]:
+    from pipeline import export
+
+    return export.push_command(run_dir, repo_id)
+
+
+PUSH = register(Job(
+    kind="push", what="the push", status_file=runs.PUSH_STATUS_FILE, launcher_file=runs.PUSH_LAUNCHER_FILE,
+    log_file="push.log", worker="pusher", worker_states=("running", "done", "failed", "stopped"),
+    busy="is already being pushed: wait for it, or stop it.", refuse=_refuse_push, command=_push_command,
+    env=lambda run_dir, token="", **_: {"HF_TOKEN": token.strip()},
+))
+
+
+def start_push(run_dir: Path, repo_id: str, token: str) -> Path:
+    """Push the run's merged model to the Hub as a job of its own (python -m pipeline.export); returns at once.
+    It writes push_status.json (running, then done with the url, failed with the reason, or stopped)."""
+    return start("push", Path(run_dir), repo_id=repo_id, token=token)

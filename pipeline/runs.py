@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Iterator
 
 from pipeline.jobstate import (  # noqa: F401 - re-exported: callers know these as runs.<name>
-    ACTIVE_STATES, DAMAGED, EVAL_LAUNCHER_FILE, EVAL_STATES, EVAL_STATUS_FILE, LAUNCHER_FILE, QUEUED_GRACE_S,
+    ACTIVE_STATES, DAMAGED, EVAL_LAUNCHER_FILE, EVAL_STATES, EVAL_STATUS_FILE, LAUNCHER_FILE, PUSH_LAUNCHER_FILE,
+    PUSH_STATUS_FILE, QUEUED_GRACE_S,
     STATE_WRITERS, STATES, STATUS_FILE, _process_alive, _writer_alive, eval_active, eval_launcher_alive, launcher,
     launcher_alive, process_create_time, read_eval_status, read_status, write_eval_status, write_state, write_status)
 from pipeline.jsonio import (  # noqa: F401 - re-exported

@@ -115,3 +115,26 @@ def test_a_new_kind_that_fails_to_launch_leaves_nothing_behind(fake_kind, monkey
     runner.start("fake", run_dir)
     assert _wait(lambda: runner.status("fake", run_dir)["state"] == "running")
     runner.stop("fake", run_dir, grace_s=15)
+
+
+def test_a_hub_push_is_the_third_kind_and_keeps_its_token_out_of_the_run_files(tmp_path, monkeypatch):
+    """Push runs as `python -m pipeline.export` through the same start/status code; the token travels in the
+    environment only. Against a Hub that refuses connections it ends failed, saying why."""
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the upload fails at once
+    run_dir = runs.new_run_dir("pushed")
+    runs.write_json_atomic(run_dir / "config.json", {})
+    runs.write_status(run_dir, "finished")
+    with pytest.raises(runner.RunnerError, match="finished run"):
+        runner.start_push(run_dir, "me/model", "hf_secret_token")  # no merged model yet
+    (run_dir / "merged").mkdir()
+    (run_dir / "merged" / "config.json").write_text("{}")
+    with pytest.raises(runner.RunnerError, match="repository id"):
+        runner.start_push(run_dir, "no-slash", "hf_secret_token")
+    runner.start_push(run_dir, "me/model", "hf_secret_token")
+    assert _wait(lambda: runner.status("push", run_dir)["state"] not in runs.ACTIVE_STATES, timeout=60)
+    status = runner.status("push", run_dir)
+    assert status["state"] == "failed" and status["error"].startswith("Push failed"), status
+    for path in run_dir.iterdir():
+        if path.is_file():
+            assert "hf_secret_token" not in path.read_text(errors="replace"), path.name
