@@ -1,11 +1,14 @@
-"""Start and stop the app's long jobs as processes of their own: trainings (one at a time per machine)
-and evaluations (one per run at a time).
+"""Start and stop the app's long jobs as processes of their own, through one shared path: each kind of job
+(training, evaluation, ...) is a `Job`, a short declaration of its command, status file, log and state
+owners, and `start(kind, ...)` / `stop(kind, ...)` launch and stop any of them. Trainings run one at a time
+per machine, evaluations one per run at a time. A new kind of long job is its entry module plus one
+`register(Job(...))` here (see tests/unit/test_job_kinds.py).
 
 The launched process (the trainer, or torchrun and its ranks) runs in a new session, so it outlives
 an app restart. Stop signals that launcher: torchrun passes the signal to every rank (each rank runs
 in its own session, so signalling rank 0's group would reach rank 0 alone), the ranks agree on the
 step to stop at, and torchrun waits SHUTDOWN_GRACE_S for the save and merge. Everything is read back
-from the run directory; nothing is kept in module state. No torch or gradio import.
+from the run directory; no job is kept in module state (JOBS holds only the kinds' declarations). No torch or gradio import.
 
 Evaluations and trainings on one machine: an evaluation is refused while a training runs (on a 2-core
 CPU the two would share the cores, slowing the training and skewing its step times and ETA; on a GPU
@@ -27,9 +30,11 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
-from pipeline import runs
+from pipeline import jobstate, runs
 from pipeline.processes import end_tree
 from pipeline.config import RunConfig
 
@@ -115,29 +120,6 @@ def launch_env(nproc: int, environ: dict | None = None) -> dict:
     return env
 
 
-def _launch(run_dir: Path, cmd: list[str], nproc: int = 1) -> subprocess.Popen:
-    # nproc is kept so that Resume relaunches the run the same way.
-    runs.write_json_atomic(run_dir / "command.json", {"argv": cmd, "shell": command_preview(cmd), "nproc": nproc})
-    # "queued" is written before the process exists, so it can never overwrite the trainer's "running".
-    runs.write_status(run_dir, "queued", writer="launcher", queued_at=time.time(), pid=None, error=None,
-                      ended_at=None)
-    try:
-        with open(run_dir / "stdout.log", "ab") as log:
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env=launch_env(nproc))
-    except OSError as exc:
-        # Nothing was started: a "queued" left here would read as a launch in progress and refuse every
-        # Start until QUEUED_GRACE_S has passed. The launcher still owns the status, so it says why.
-        message = f"Could not start the trainer: {exc}"
-        runs.write_status(run_dir, "failed", writer="launcher", error=message)
-        raise RunnerError(message) from exc
-    runs.write_json_atomic(run_dir / runs.LAUNCHER_FILE,
-                           {"pid": proc.pid, "create_time": runs.process_create_time(proc.pid)})
-    # Reap the child when it exits so it never lingers as a zombie; the status file says how it ended.
-    threading.Thread(target=proc.wait, daemon=True).start()
-    return proc
-
-
 @contextlib.contextmanager
 def start_lock():
     """One Start (or Resume) at a time on this machine, across threads, sessions and processes (two
@@ -151,19 +133,178 @@ def start_lock():
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def start_run(cfg: RunConfig, label: str = "run", nproc: int = 1, allow_custom_rewards: bool = False) -> Path:
-    """Validate, create the run directory, and launch the trainer. Returns at once."""
-    cfg.validate(allow_custom_rewards=allow_custom_rewards)
+# ---- one Job for every long task ------------------------------------------------------------------
+
+
+def _no_refusal(run_dir: Path | None, **options: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One kind of long job, declared once: what it runs, the files it is followed by, and who owns which state.
+
+    The shared code does the rest for every kind: the start lock, one job of a kind per run, the "queued"
+    written before the process exists, the launcher record (pid + start time), the log, a launch that
+    fails, reading the state back (a writer that died reads as failed) and Stop."""
+
+    kind: str  # the name start() and stop() take: "train", "eval", ...
+    what: str  # how messages name it: "the trainer", "the evaluation"
+    command: Callable[..., list[str]]  # (run_dir, nproc=..., **options) -> the argument list (never a shell string)
+    status_file: str  # its state file in the run folder (docs/run-files.md)
+    launcher_file: str  # pid + create time of the process the app launched
+    log_file: str  # stdout and stderr of the process
+    worker: str  # the writer of the job's own states ("trainer", "evaluator")
+    worker_states: tuple[str, ...]
+    # The launcher writes "queued"; with "failed" too, a launch that fails says why in the state file, and
+    # without it the state file is removed (nothing was started).
+    launcher_states: tuple[str, ...] = ("queued",)
+    fresh_status: bool = True  # each launch starts a fresh state file (False: merged with what is there)
+    fresh_log: bool = True  # each launch starts a fresh log (False: appended to, as a run's history is)
+    busy: str = "is already running this job"  # "Run 'x' <busy>": a second launch of the kind for one run
+    read_status: Callable[[Path], dict | None] | None = None  # default: jobstate.read_state
+    validate: Callable[..., None] = _no_refusal  # (run_dir, **options), before the lock: a bad request never waits
+    refuse: Callable[..., None] = _no_refusal  # (run_dir, **options), under the start lock: raise RunnerError
+    create: Callable[..., Path] | None = None  # (**options) -> a new run folder, for a start without one
+    processes: Callable[..., int] = lambda run_dir, **options: 1  # how many processes (GPUs) the launch uses
+    before_launch: Callable[..., None] | None = None  # (run_dir, cmd, nproc): files the launch leaves first
+    end_lingering: bool = False  # Stop on an ended job whose processes linger ends them (torchrun's ranks)
+    env: Callable[..., dict] = lambda run_dir, **options: {}  # extra environment (a secret never goes in argv)
+
+
+JOBS: dict[str, Job] = {}
+
+
+def register(job: Job) -> Job:
+    """Make a kind known to start() and stop(), and its owners to jobstate.write_state. An owner row that is
+    already declared (docs/run-files.md) must match: a kind can't widen what another writer may write."""
+    for writer, states in (("launcher", job.launcher_states), (job.worker, job.worker_states)):
+        declared = jobstate.STATE_WRITERS.setdefault((job.status_file, writer), tuple(states))
+        if tuple(declared) != tuple(states):
+            raise ValueError(f"{job.status_file}: the {writer} writes {declared}, not {tuple(states)} "
+                             "(the owners table in docs/run-files.md)")
+    JOBS[job.kind] = job
+    return job
+
+
+def job(kind: str) -> Job:
+    if kind not in JOBS:
+        raise ValueError(f"Unknown kind of job {kind!r}; known: {', '.join(sorted(JOBS))}.")
+    return JOBS[kind]
+
+
+def status(kind: str, run_dir: Path) -> dict | None:
+    """A job's state file read back (None when it never ran); a writer that died without saying so reads as failed."""
+    spec = job(kind)
+    if spec.read_status is not None:
+        return spec.read_status(Path(run_dir))
+    return jobstate.read_state(run_dir, spec.status_file, spec.launcher_file,
+                               f"{spec.what.capitalize()} exited without reporting (killed, or out of memory). "
+                               f"See {spec.log_file} in the run folder.")
+
+
+def is_active(kind: str, run_dir: Path) -> bool:
+    return (status(kind, run_dir) or {}).get("state") in runs.ACTIVE_STATES
+
+
+def launcher_alive(kind: str, run_dir: Path) -> bool:
+    return jobstate.launcher_record_alive(run_dir, job(kind).launcher_file)
+
+
+def active(kind: str) -> list[Path]:
+    """Runs with a job of this kind queued or running now (read from disk, so it survives restarts)."""
+    return [run_dir for run_dir in runs.iter_run_dirs() if is_active(kind, run_dir)]
+
+
+def start(kind: str, run_dir: Path | None = None, **options: Any) -> Path:
+    """Launch a job of `kind` for `run_dir` (or, for a kind that makes one, a new run folder) and return at
+    once with the run folder. Raises RunnerError, saying why, when it can't start."""
+    spec = job(kind)
+    run_dir = Path(run_dir) if run_dir is not None else None
+    spec.validate(run_dir, **options)
+    # The checks and the launch that makes a job busy happen under one lock, so two Starts can't both pass.
     with start_lock():
-        _refuse_if_busy()
-        run_dir = runs.new_run_dir(label)
+        spec.refuse(run_dir, **options)
+        if run_dir is not None and (is_active(kind, run_dir) or launcher_alive(kind, run_dir)):
+            raise RunnerError(f"Run '{run_dir.name}' {spec.busy}")
+        created = run_dir is None
+        if created:
+            if spec.create is None:
+                raise RunnerError(f"A {kind} job needs a run folder.")
+            run_dir = spec.create(**options)
         try:
-            runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
-            _launch(run_dir, train_command(run_dir, nproc=nproc, allow_custom_rewards=allow_custom_rewards), nproc)
+            nproc = spec.processes(run_dir, **options)
+            cmd = spec.command(run_dir, **{**options, "nproc": nproc})
+            # Training's launch is _launch's default kind (and what tests stand in for with a plain function).
+            extra = {} if kind == "train" else {"kind": kind, "env": spec.env(run_dir, **options)}
+            _launch(run_dir, cmd, nproc, **extra)
         except BaseException:
-            shutil.rmtree(run_dir, ignore_errors=True)  # no half-created run is left behind
+            if created:
+                shutil.rmtree(run_dir, ignore_errors=True)  # no half-created run is left behind
             raise
     return run_dir
+
+
+def _launch(run_dir: Path, cmd: list[str], nproc: int = 1, kind: str = "train",
+            env: dict | None = None) -> subprocess.Popen:
+    spec = job(kind)
+    if spec.before_launch is not None:
+        spec.before_launch(run_dir, cmd, nproc)
+    # "queued" is written before the process exists, so it can never overwrite the worker's "running".
+    jobstate.write_state(run_dir, spec.status_file, "launcher", "queued", fresh=spec.fresh_status,
+                         queued_at=time.time(), pid=None, error=None, ended_at=None, command=cmd)
+    try:
+        with open(run_dir / spec.log_file, "wb" if spec.fresh_log else "ab") as log:
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, env={**launch_env(nproc), **(env or {})})
+    except OSError as exc:
+        # Nothing was started: a "queued" left here would read as a launch in progress and refuse every
+        # Start until QUEUED_GRACE_S has passed. The launcher says why where it owns "failed", else forgets it.
+        message = f"Could not start {spec.what}: {exc}"
+        if "failed" in spec.launcher_states:
+            jobstate.write_state(run_dir, spec.status_file, "launcher", "failed", error=message)
+        else:
+            (run_dir / spec.status_file).unlink(missing_ok=True)
+        raise RunnerError(message) from exc
+    runs.write_json_atomic(run_dir / spec.launcher_file,
+                           {"pid": proc.pid, "create_time": runs.process_create_time(proc.pid)})
+    # Reap the child when it exits so it never lingers as a zombie; the status file says how it ended.
+    threading.Thread(target=proc.wait, daemon=True).start()
+    return proc
+
+
+def stop(kind: str, run_dir: Path, grace_s: float = 0.0) -> bool:
+    """Ask a job to stop: SIGTERM to its launcher's process group (for a training, torchrun passes it to every
+    rank); the job marks itself stopped. With `grace_s`, wait that long for it to say so and exit. Returns
+    False when there was nothing to stop."""
+    spec, run_dir = job(kind), Path(run_dir)
+    state = status(kind, run_dir) or {}
+    info = runs.read_json(run_dir / spec.launcher_file) or {}
+    if state.get("state") not in runs.ACTIVE_STATES:
+        if spec.end_lingering and launcher_alive(kind, run_dir):
+            # The job has ended (a rank failed) but processes linger, e.g. rank 0 waiting for the failed rank
+            # in a collective, which no signal interrupts: end them now.
+            end_tree(int(info["pid"]))
+            return True
+        return False
+    pid = info.get("pid") if launcher_alive(kind, run_dir) else state.get("pid")
+    return _terminate(pid, grace_s, lambda: is_active(kind, run_dir) or launcher_alive(kind, run_dir))
+
+
+def _terminate(pid, grace_s: float, still_going) -> bool:
+    """SIGTERM a launched job's process group; with `grace_s`, wait until `still_going()` is False (the
+    job says it stopped and its processes have exited: they write the status, then exit)."""
+    try:
+        os.killpg(os.getpgid(int(pid)), signal.SIGTERM)
+    except (ProcessLookupError, PermissionError, TypeError, ValueError):
+        return False
+    deadline = time.time() + grace_s
+    while grace_s and time.time() < deadline and still_going():
+        time.sleep(0.2)
+    return True
+
+
+# ---- trainings ----------------------------------------------------------------------------------------
 
 
 def _refuse_if_busy() -> None:
@@ -180,51 +321,71 @@ def launched_nproc(run_dir: Path) -> int:
         return 1
 
 
-def resume_run(run_dir: Path, nproc: int | None = None, allow_custom_rewards: bool = False) -> Path:
-    """Continue from the last complete checkpoint, with as many processes as the run had unless told."""
-    run_dir = Path(run_dir)
-    with start_lock():
-        _refuse_if_busy()
+def _validate_training(run_dir, cfg: RunConfig | None = None, allow_custom_rewards: bool = False, **_) -> None:
+    if cfg is not None:
+        cfg.validate(allow_custom_rewards=allow_custom_rewards)
+
+
+def _refuse_training(run_dir, resume: bool = False, **_) -> None:
+    _refuse_if_busy()
+    if resume:
         if runs.read_status(run_dir).get("state") == "finished":
             raise RunnerError(f"Run '{run_dir.name}' already finished all its steps.")
         if runs.eval_active(run_dir):
             raise RunnerError(f"Run '{run_dir.name}' is being evaluated, and resuming would replace the model the "
                               "evaluation reads. Wait for the evaluation to finish (a minute or two), or stop it.")
-        nproc = nproc or launched_nproc(run_dir)
-        _launch(run_dir, train_command(run_dir, nproc=nproc, resume=True,
-                                       allow_custom_rewards=allow_custom_rewards), nproc)
+        if is_active("push", run_dir):
+            raise RunnerError(f"Run '{run_dir.name}' is being pushed to the Hub, and resuming would replace the model "
+                              "the push uploads. Wait for the push to finish, or stop it.")
+
+
+def _new_training(cfg: RunConfig, label: str = "run", **_) -> Path:
+    """A new run folder holding the run's config.json, written once, here (docs/run-files.md)."""
+    run_dir = runs.new_run_dir(label)
+    try:
+        runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     return run_dir
+
+
+def _record_command(run_dir: Path, cmd: list[str], nproc: int) -> None:
+    # nproc is kept so that Resume relaunches the run the same way.
+    runs.write_json_atomic(run_dir / "command.json", {"argv": cmd, "shell": command_preview(cmd), "nproc": nproc})
+
+
+TRAINING = register(Job(
+    kind="train", what="the trainer", status_file=runs.STATUS_FILE, launcher_file=runs.LAUNCHER_FILE,
+    log_file="stdout.log", fresh_log=False, fresh_status=False, end_lingering=True,
+    worker="trainer", worker_states=("running", "finished", "stopped", "failed"),
+    launcher_states=("queued", "failed"),  # "failed": the trainer could not be started
+    busy="is still training. Stop it or wait for it to finish",
+    command=lambda run_dir, nproc=1, resume=False, allow_custom_rewards=False, **_: train_command(
+        run_dir, nproc=nproc, resume=resume, allow_custom_rewards=allow_custom_rewards),
+    read_status=lambda run_dir: runs.read_status(run_dir),
+    validate=_validate_training, refuse=_refuse_training, create=_new_training,
+    processes=lambda run_dir, nproc=None, resume=False, **_: nproc or (launched_nproc(run_dir) if resume else 1),
+    before_launch=_record_command,
+))
+
+
+def start_run(cfg: RunConfig, label: str = "run", nproc: int = 1, allow_custom_rewards: bool = False) -> Path:
+    """Validate, create the run directory, and launch the trainer. Returns at once."""
+    return start("train", cfg=cfg, label=label, nproc=nproc, allow_custom_rewards=allow_custom_rewards)
+
+
+def resume_run(run_dir: Path, nproc: int | None = None, allow_custom_rewards: bool = False) -> Path:
+    """Continue from the last complete checkpoint, with as many processes as the run had unless told."""
+    return start("train", Path(run_dir), resume=True, nproc=nproc, allow_custom_rewards=allow_custom_rewards)
 
 
 def stop_run(run_dir: Path, grace_s: float = 0.0) -> bool:
     """Ask the run to stop: SIGTERM to the launcher's process group (the trainer itself, or torchrun,
     which passes it to every rank). The ranks stop on the same step, save, and rank 0 marks the run
-    stopped. Returns False when there was nothing to stop."""
-    status = runs.read_status(run_dir)
-    if status.get("state") not in runs.ACTIVE_STATES:
-        if runs.launcher_alive(run_dir):
-            # The run has ended (a rank failed) but processes linger, e.g. rank 0 waiting for the failed rank
-            # in a collective, which no signal interrupts: end them now.
-            end_tree(int((runs.launcher(run_dir) or {})["pid"]))
-            return True
-        return False
-    info = runs.launcher(run_dir) or {}
-    pid = info.get("pid") if runs.launcher_alive(run_dir) else status.get("pid")
-    return _terminate(pid, grace_s, lambda: runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES
-                      or runs.launcher_alive(run_dir))
-
-
-def _terminate(pid, grace_s: float, still_going) -> bool:
-    """SIGTERM a launched job's process group; with `grace_s`, wait until `still_going()` is False (the
-    job says it stopped and its processes have exited: they write the status, then exit)."""
-    try:
-        os.killpg(os.getpgid(int(pid)), signal.SIGTERM)
-    except (ProcessLookupError, PermissionError, TypeError, ValueError):
-        return False
-    deadline = time.time() + grace_s
-    while grace_s and time.time() < deadline and still_going():
-        time.sleep(0.2)
-    return True
+    stopped. A run that has ended while its processes linger has them ended. Returns False when there
+    was nothing to stop."""
+    return stop("train", run_dir, grace_s)
 
 
 # ---- evaluations ----------------------------------------------------------------------------------
@@ -239,52 +400,69 @@ def eval_command(run_dir: Path, limit: int = EVAL_LIMIT, python: str | None = No
 
 def active_evals() -> list[Path]:
     """Runs with an evaluation queued or running now (read from disk, so it survives restarts)."""
-    return [run_dir for run_dir in runs.iter_run_dirs() if runs.eval_active(run_dir)]
+    return active("eval")
+
+
+def _refuse_eval(run_dir: Path, **_) -> None:
+    busy = busy_run()
+    if busy is not None:
+        raise RunnerError(f"Run '{busy[0].name}' {busy[1]}: an evaluation now would share this machine with "
+                          "the training and slow both. Evaluate when it has finished.")
+    if not (run_dir / "merged" / "config.json").exists():
+        state = runs.read_status(run_dir).get("state")
+        raise RunnerError(f"Run '{run_dir.name}' has no merged model to evaluate (it is {state}). Evaluate a "
+                          "finished or stopped run that was started with merge_at_end on.")
+
+
+EVALUATION = register(Job(
+    kind="eval", what="the evaluation", status_file=runs.EVAL_STATUS_FILE, launcher_file=runs.EVAL_LAUNCHER_FILE,
+    log_file="eval.log", worker="evaluator", worker_states=("running", "done", "failed", "stopped"),
+    busy="is already being evaluated: its progress shows below. Stop it to start again.",
+    command=lambda run_dir, limit=EVAL_LIMIT, **_: eval_command(run_dir, limit),
+    read_status=lambda run_dir: runs.read_eval_status(run_dir), refuse=_refuse_eval,
+))
 
 
 def start_eval(run_dir: Path, limit: int = EVAL_LIMIT) -> Path:
     """Launch `python -m pipeline.evaluate` for a run as its own process and return at once. It writes
     eval_status.json (progress), eval.json (the result) and eval.log into the run directory."""
-    run_dir = Path(run_dir)
-    with start_lock():
-        busy = busy_run()
-        if busy is not None:
-            raise RunnerError(f"Run '{busy[0].name}' {busy[1]}: an evaluation now would share this machine with "
-                              "the training and slow both. Evaluate when it has finished.")
-        if runs.eval_active(run_dir) or runs.eval_launcher_alive(run_dir):
-            raise RunnerError(f"Run '{run_dir.name}' is already being evaluated: its progress shows below. "
-                              "Stop it to start again.")
-        if not (run_dir / "merged" / "config.json").exists():
-            state = runs.read_status(run_dir).get("state")
-            raise RunnerError(f"Run '{run_dir.name}' has no merged model to evaluate (it is {state}). Evaluate a "
-                              "finished or stopped run that was started with merge_at_end on.")
-        _launch_eval(run_dir, eval_command(run_dir, limit))
-    return run_dir
-
-
-def _launch_eval(run_dir: Path, cmd: list[str]) -> subprocess.Popen:
-    # "queued" (a fresh status file) is written before the process exists, so it can't overwrite "running".
-    runs.write_eval_status(run_dir, "queued", writer="launcher", queued_at=time.time(), command=cmd)
-    try:
-        with open(run_dir / "eval.log", "wb") as log:  # each evaluation starts a fresh log
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env=launch_env(1))
-    except OSError as exc:
-        (run_dir / runs.EVAL_STATUS_FILE).unlink(missing_ok=True)  # nothing was started
-        raise RunnerError(f"Could not start the evaluation: {exc}") from exc
-    runs.write_json_atomic(run_dir / runs.EVAL_LAUNCHER_FILE,
-                           {"pid": proc.pid, "create_time": runs.process_create_time(proc.pid)})
-    threading.Thread(target=proc.wait, daemon=True).start()  # reaped when it exits: no zombie
-    return proc
+    return start("eval", Path(run_dir), limit=limit)
 
 
 def stop_eval(run_dir: Path, grace_s: float = 0.0) -> bool:
     """Ask a run's evaluation to stop (SIGTERM to its process group); it marks itself stopped. Returns
     False when there was nothing to stop."""
-    run_dir = Path(run_dir)
-    status = runs.read_eval_status(run_dir) or {}
-    if status.get("state") not in runs.ACTIVE_STATES:
-        return False
-    info = runs.read_json(run_dir / runs.EVAL_LAUNCHER_FILE) or {}
-    pid = info.get("pid") if runs.eval_launcher_alive(run_dir) else status.get("pid")
-    return _terminate(pid, grace_s, lambda: runs.eval_active(run_dir) or runs.eval_launcher_alive(run_dir))
+    return stop("eval", run_dir, grace_s)
+
+
+# ---- pushes to the Hugging Face Hub -------------------------------------------------------------------
+
+
+def _refuse_push(run_dir: Path, repo_id: str = "", token: str = "", **_) -> None:
+    from pipeline import export
+
+    problem = export.push_problem(run_dir, repo_id, token)
+    if problem:
+        raise RunnerError(problem)
+    if runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES:
+        raise RunnerError(f"Run '{run_dir.name}' is training: its merged model is written at the end. Push it then.")
+
+
+def _push_command(run_dir: Path, repo_id: str = "", **_) -> list[str]:
+    from pipeline import export
+
+    return export.push_command(run_dir, repo_id)
+
+
+PUSH = register(Job(
+    kind="push", what="the push", status_file=runs.PUSH_STATUS_FILE, launcher_file=runs.PUSH_LAUNCHER_FILE,
+    log_file="push.log", worker="pusher", worker_states=("running", "done", "failed", "stopped"),
+    busy="is already being pushed: wait for it, or stop it.", refuse=_refuse_push, command=_push_command,
+    env=lambda run_dir, token="", **_: {"HF_TOKEN": token.strip()},
+))
+
+
+def start_push(run_dir: Path, repo_id: str, token: str) -> Path:
+    """Push the run's merged model to the Hub as a job of its own (python -m pipeline.export); returns at once.
+    It writes push_status.json (running, then done with the url, failed with the reason, or stopped)."""
+    return start("push", Path(run_dir), repo_id=repo_id, token=token)

@@ -1,46 +1,36 @@
-"""Run directories on disk: where they live, their status, and reading back what a trainer wrote.
+"""Run directories on disk: where they live, reading back what a trainer wrote, checkpoints and the runs list.
 
 A run directory is the only thing the trainer, the evaluator and the UI share. Which file holds what,
-who writes it and when is decided in one place, docs/run-files.md; `STATE_WRITERS` below enforces it
-(every state write goes through `write_state`).
-
-Readers (`read_status`, `read_eval_status`) never write: a writer that died without saying so reads
-as failed. Each writer may write only its own states (`STATE_WRITERS`); a launch never overwrites
-a live process's "running". No torch or gradio import here.
+who writes it and when is decided in one place, docs/run-files.md. The JSON plumbing lives in
+pipeline/jsonio.py and the job state files with their owners in pipeline/jobstate.py; their names are
+re-exported here, so `runs.write_status`, `runs.read_jsonl` and the rest keep working.
+`snapshot(run_dir)` is what the live view reads of a run, in one call. No torch or gradio import.
 """
 
 from __future__ import annotations
 
 import errno
-import json
+import functools
 import os
 import re
 import shutil
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
+from pipeline.jobstate import (  # noqa: F401 - re-exported: callers know these as runs.<name>
+    ACTIVE_STATES, DAMAGED, EVAL_LAUNCHER_FILE, EVAL_STATES, EVAL_STATUS_FILE, LAUNCHER_FILE, PUSH_LAUNCHER_FILE,
+    PUSH_STATUS_FILE, QUEUED_GRACE_S,
+    STATE_WRITERS, STATES, STATUS_FILE, _process_alive, _writer_alive, eval_active, eval_launcher_alive, launcher,
+    launcher_alive, process_create_time, read_eval_status, read_status, write_eval_status, write_state, write_status)
+from pipeline.jsonio import (  # noqa: F401 - re-exported
+    _BAD_LINES, _json_default, _read_json, append_jsonl, file_problem, read_json, read_jsonl, unreadable_lines,
+    write_json_atomic)
 from pipeline.paths import data_dir  # also imported from here by the app and the tabs
 
-STATES = ("new", "queued", "running", "finished", "failed", "stopped")  # "new": a config, never started
-DAMAGED = "damaged"  # read only: a run whose config.json or status.json can't be read (never written)
-QUEUED_GRACE_S = 120  # a launch that wrote "queued" but no launcher record by then never started
-ACTIVE_STATES = ("queued", "running")
 CHECKPOINT_MARKER = ".complete"
-LAUNCHER_FILE = "launcher.json"  # pid of the process the app started (torchrun or the trainer itself)
-STATUS_FILE = "status.json"
 LAUNCHES_FILE = "launches.jsonl"
-EVAL_STATUS_FILE = "eval_status.json"
-EVAL_LAUNCHER_FILE = "eval_launcher.json"
-EVAL_STATES = ("queued", "running", "done", "failed", "stopped")
-# Who may write which state to which file (the table in docs/run-files.md).
-STATE_WRITERS: dict[tuple[str, str], tuple[str, ...]] = {
-    (STATUS_FILE, "launcher"): ("queued", "failed"),  # "failed": the trainer could not be started
-    (STATUS_FILE, "trainer"): ("running", "finished", "stopped", "failed"),
-    (EVAL_STATUS_FILE, "launcher"): ("queued",),
-    (EVAL_STATUS_FILE, "evaluator"): ("running", "done", "failed", "stopped"),
-}
 
 
 # ---- locations ---------------------------------------------------------------------------------
@@ -68,103 +58,7 @@ def new_run_dir(label: str = "run") -> Path:
     return path
 
 
-# ---- safe writes -------------------------------------------------------------------------------
-
-
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Write JSON so a reader sees the old file or the new one, never half of one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=2, default=str)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no stray temp file; the old file is untouched
-        raise
-
-
-def append_jsonl(path: str | Path, obj: Any) -> None:
-    """Append one JSON line. A crash can at worst leave a torn last line, which readers skip."""
-    line = json.dumps(obj, default=_json_default, allow_nan=False) + "\n"
-    with open(path, "a", encoding="utf-8") as fh:
-        # A torn line from a killed writer would glue onto ours: start on a fresh line.
-        if fh.tell() > 0:
-            with open(path, "rb") as rh:
-                rh.seek(-1, os.SEEK_END)
-                if rh.read(1) != b"\n":
-                    fh.write("\n")
-        fh.write(line)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    return str(value)
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Every complete JSON object line; torn or garbled lines are skipped."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    rows = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                rows.append(obj)
-    return rows
-
-
-_BAD_LINES: dict[str, tuple[tuple[int, int], list[int], int]] = {}
-
-
-def unreadable_lines(path: str | Path, active: bool = False) -> list[int]:
-    """1-based numbers of the lines `read_jsonl` skips (not a JSON object: garbled, binary, torn).
-
-    A torn last line of a run that is still writing is normal, and not counted when `active`.
-    Cached by file size and modification time: the runs list asks every few seconds.
-
-    >>> import tempfile; f = Path(tempfile.mkdtemp()) / "m.jsonl"
-    >>> _ = f.write_bytes(b'{"step": 1}\\n\\x00\\xff\\n{"step": 2}\\n{"step": ')
-    >>> unreadable_lines(f), unreadable_lines(f, active=True)
-    ([2, 4], [2])
-    """
-    path = Path(path)
-    try:
-        st = path.stat()
-    except OSError:
-        return []
-    key = (st.st_size, st.st_mtime_ns)
-    cached = _BAD_LINES.get(str(path))
-    if cached is None or cached[0] != key:
-        lines = path.read_bytes().split(b"\n")
-        bad = []
-        for number, raw in enumerate(lines, 1):
-            if not raw.strip():
-                continue
-            try:
-                ok = isinstance(json.loads(raw.decode("utf-8")), dict)
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                ok = False
-            if not ok:
-                bad.append(number)
-        cached = _BAD_LINES[str(path)] = (key, bad, len(lines))
-    _, bad, count = cached
-    if active and bad and bad[-1] == count:  # the line a live writer is still finishing
-        return bad[:-1]
-    return list(bad)
+# ---- what a trainer wrote --------------------------------------------------------------------------
 
 
 def _last_per_step(rows: list[dict]) -> list[dict]:
@@ -189,96 +83,6 @@ def read_evals(run_dir: str | Path) -> list[dict]:
     return _last_per_step(read_jsonl(Path(run_dir) / "evals.jsonl"))
 
 
-# ---- status ------------------------------------------------------------------------------------
-
-
-def _process_alive(pid: int | None, create_time: float | None) -> bool:
-    if not pid:
-        return False
-    try:
-        import psutil
-
-        proc = psutil.Process(int(pid))
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        # A recycled pid belongs to a different process: compare start times.
-        return create_time is None or abs(proc.create_time() - float(create_time)) < 1.0
-    except Exception:  # noqa: BLE001 - no such process, or no permission: treat as gone
-        return False
-
-
-def process_create_time(pid: int) -> float | None:
-    try:
-        import psutil
-
-        return psutil.Process(pid).create_time()
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def write_state(run_dir: str | Path, name: str, writer: str, state: str, fresh: bool = False,
-                **fields: Any) -> dict:
-    """The one way a state file (status.json, eval_status.json) is written: merged with what is there
-    (or `fresh`: replacing it), atomically, by a writer that owns `state` (STATE_WRITERS).
-
-    A launch ("queued") never overwrites a process that says it is running and is still alive."""
-    allowed = STATE_WRITERS.get((name, writer))
-    if allowed is None or state not in allowed:
-        raise ValueError(f"The {writer} does not write state {state!r} to {name}; see the table in docs/run-files.md.")
-    path = Path(run_dir) / name
-    current = _read_json(path) or {}
-    if state == "queued" and current.get("state") == "running" and _process_alive(
-            current.get("pid"), current.get("pid_create_time")):
-        raise RuntimeError(f"{name}: pid {current.get('pid')} is still running; a new launch must wait for it.")
-    if fresh:
-        current = {}
-    current.update(fields)
-    current["state"] = state
-    current["updated_at"] = time.time()
-    if state not in ACTIVE_STATES and current.get("ended_at") is None:  # a launch reset it to None
-        current["ended_at"] = time.time()
-    write_json_atomic(path, current)
-    return current
-
-
-def write_status(run_dir: str | Path, state: str, writer: str | None = None, **fields: Any) -> dict:
-    """Update status.json (merging with what is there) atomically. `writer` defaults to the state's
-    owner: the launcher writes "queued", the trainer every other state."""
-    if state not in STATES:
-        raise ValueError(f"state must be one of {STATES}")
-    writer = writer or ("launcher" if state == "queued" else "trainer")
-    return write_state(run_dir, STATUS_FILE, writer, state, **fields)
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-        return obj if isinstance(obj, dict) else None
-    except (OSError, ValueError):  # missing, unreadable, not UTF-8, not JSON
-        return None
-
-
-def file_problem(path: Path) -> str | None:
-    """Why a run's JSON file can't be used, in words; None when it reads as a JSON object."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return f"{path.name} is missing."
-    except OSError as exc:
-        return f"{path.name} can't be read ({exc.strerror or exc})."
-    if not data.strip():
-        return f"{path.name} is empty."
-    try:
-        obj = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        return f"{path.name} is not text (binary data)."
-    except json.JSONDecodeError as exc:
-        return f"{path.name} is damaged: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})."
-    if not isinstance(obj, dict):
-        return f"{path.name} is damaged: it holds a {type(obj).__name__}, not a JSON object."
-    return None
-
-
 def run_problems(run_dir: str | Path, active: bool = False) -> list[str]:
     """What is wrong with a run's files, for the runs list; empty for a healthy run."""
     run_dir = Path(run_dir)
@@ -291,88 +95,6 @@ def run_problems(run_dir: str | Path, active: bool = False) -> list[str]:
             lines = ", ".join(map(str, bad[:3])) + (" ..." if len(bad) > 3 else "")
             out.append(f"{name}: {len(bad)} unreadable line{'s' if len(bad) > 1 else ''} skipped (line {lines}).")
     return out
-
-
-def launcher(run_dir: str | Path) -> dict | None:
-    return _read_json(Path(run_dir) / LAUNCHER_FILE)
-
-
-def launcher_alive(run_dir: str | Path) -> bool:
-    """Whether the process the app launched for this run (trainer or torchrun) still exists."""
-    info = launcher(run_dir) or {}
-    return _process_alive(info.get("pid"), info.get("create_time"))
-
-
-def read_json(path: str | Path) -> dict | None:
-    """A JSON file's object, or None when it is missing or unreadable."""
-    return _read_json(Path(path))
-
-
-def read_status(run_dir: str | Path) -> dict:
-    """status.json, corrected for a trainer that died without saying so (SIGKILL, OOM killer)."""
-    run_dir = Path(run_dir)
-    status = _read_json(run_dir / "status.json")
-    if status is None:
-        if (run_dir / "status.json").exists():
-            return {"state": DAMAGED, "error": file_problem(run_dir / "status.json")}
-        # A folder with a config that no trainer ever started (a template, a copied run): not active.
-        exists = (run_dir / "config.json").exists()
-        return {"state": "new"} if exists else {"state": "failed", "error": "This run folder has no config.json."}
-    if not _writer_alive(status, launcher(run_dir)):
-        status = dict(status)
-        status["state"] = "failed"
-        status["error"] = status.get("error") or (
-            "The trainer process exited without reporting (killed, or out of memory). "
-            "See the log tail; resume continues from the last complete checkpoint."
-        )
-        status["crashed"] = True
-    return status
-
-
-def _writer_alive(status: dict, launcher_info: dict | None) -> bool:
-    """Whether an active state file still has a live writer: "running" names its process, "queued" its
-    launcher's (or is young enough that the launcher record may still come). Other states: True."""
-    state = status.get("state")
-    if state == "running":
-        return _process_alive(status.get("pid"), status.get("pid_create_time"))
-    if state == "queued" and launcher_info:
-        return _process_alive(launcher_info.get("pid"), launcher_info.get("create_time"))
-    if state == "queued":
-        return time.time() - float(status.get("queued_at") or 0) < QUEUED_GRACE_S
-    return True
-
-
-# ---- evaluation jobs ---------------------------------------------------------------------------
-
-
-def write_eval_status(run_dir: str | Path, state: str, writer: str = "evaluator", **fields: Any) -> dict:
-    """Update eval_status.json (owners: docs/run-files.md). The launcher's "queued" starts a fresh file."""
-    return write_state(run_dir, EVAL_STATUS_FILE, writer, state, fresh=state == "queued", **fields)
-
-
-def read_eval_status(run_dir: str | Path) -> dict | None:
-    """eval_status.json (None when the run was never evaluated), corrected for an evaluator that died
-    without saying so."""
-    run_dir = Path(run_dir)
-    status = _read_json(run_dir / EVAL_STATUS_FILE)
-    if status is None:
-        if (run_dir / EVAL_STATUS_FILE).exists():
-            return {"state": "failed", "error": file_problem(run_dir / EVAL_STATUS_FILE)}
-        return None
-    if not _writer_alive(status, _read_json(run_dir / EVAL_LAUNCHER_FILE)):
-        status = {**status, "state": "failed", "crashed": True,
-                  "error": status.get("error") or "The evaluation process exited without reporting (killed, or "
-                                                  "out of memory). See eval.log; press Evaluate to run it again."}
-    return status
-
-
-def eval_active(run_dir: str | Path) -> bool:
-    return (read_eval_status(run_dir) or {}).get("state") in ACTIVE_STATES
-
-
-def eval_launcher_alive(run_dir: str | Path) -> bool:
-    info = _read_json(Path(run_dir) / EVAL_LAUNCHER_FILE) or {}
-    return _process_alive(info.get("pid"), info.get("create_time"))
 
 
 # ---- launches and the effective config ------------------------------------------------------------
@@ -423,6 +145,72 @@ def log_tail(run_dir: str | Path, lines: int = 40, name: str = "train.log") -> s
         fh.seek(max(0, size - 64 * 1024))
         text = fh.read().decode("utf-8", errors="replace")
     return "\n".join(text.splitlines()[-lines:])
+
+
+# ---- what the live view reads ----------------------------------------------------------------------
+
+
+class Snapshot:
+    """Everything the live view shows of one run, read from its folder on first use and kept: one object per
+    tick instead of seven separate trips. Each part is read only when asked for, so a tick that finds
+    nothing new reads the status and the metrics alone, and groups.jsonl (a run's largest file) only when
+    the groups are redrawn. A part that vanished mid-read raises FileNotFoundError, as the readers do."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+
+    @functools.cached_property
+    def status(self) -> dict:
+        return read_status(self.run_dir)
+
+    @property
+    def state(self) -> str | None:
+        return self.status.get("state")
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @functools.cached_property
+    def config(self) -> dict:
+        """The effective config (config.json plus --steps overrides); {} when config.json can't be read."""
+        return effective_config(self.run_dir)
+
+    @functools.cached_property
+    def problems(self) -> list[str]:
+        return run_problems(self.run_dir, active=self.active)
+
+    @functools.cached_property
+    def metrics(self) -> list[dict]:
+        return read_metrics(self.run_dir)
+
+    @functools.cached_property
+    def evals(self) -> list[dict]:
+        return read_evals(self.run_dir)
+
+    @functools.cached_property
+    def groups(self) -> list[dict]:
+        return read_groups(self.run_dir)
+
+    @functools.cached_property
+    def eval_status(self) -> dict | None:
+        return read_eval_status(self.run_dir)
+
+    def size(self, name: str) -> int:
+        """A run file's size in bytes (0 when it is not there): what a tick compares to see a change."""
+        try:
+            return (self.run_dir / name).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def log(self, lines: int = 30) -> str:
+        return log_tail(self.run_dir, lines)
+
+
+def snapshot(run_dir: str | Path) -> Snapshot:
+    """One run as the live view sees it: status, effective config, problems, log tail, metrics, probes,
+    groups and evaluation state, each read at most once (see Snapshot)."""
+    return Snapshot(run_dir)
 
 
 # ---- checkpoints -------------------------------------------------------------------------------

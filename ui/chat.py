@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import queue
-import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
 import gradio as gr
 
-from pipeline import runs
+from pipeline import export, runner, runs
 from pipeline.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.generate import (
     ChatModelError, ModelCache, ModelChoice, chat_choices, error_reply, is_error_reply, run_for_choice, stream_chat,
@@ -145,60 +145,68 @@ def make_handlers(cache: ModelCache):
 def export_run(choice: str, progress=gr.Progress()):
     """Zip the merged model and the adapter under <data>/exports and show how to load them."""
     try:
-        run_dir = run_for_choice(choice)
+        run_dir = export.exportable(run_for_choice(choice))
+        files = export.export_zips(run_dir, lambda part: progress(0.2 if part == "merged" else 0.8, desc=f"Zipping {part}/"))
     except ChatModelError as exc:
         return None, f"⚠️ {exc}", ""
-    if run_dir is None or not (run_dir / "merged" / "config.json").exists():
-        return None, "Pick a finished run (\"… (tuned, final)\") to export.", ""
-    out = runs.data_dir() / "exports"
-    out.mkdir(parents=True, exist_ok=True)
-    files = []
-    for part in ("merged", "adapter"):
-        progress(0.2 if part == "merged" else 0.8, desc=f"Zipping {part}/")
-        base = out / f"{run_dir.name}-{part}"
-        files.append(shutil.make_archive(str(base), "zip", root_dir=run_dir / part))
-    snippet = (
-        "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-        f"path = \"{run_dir.name}-merged\"  # the unzipped merged folder\n"
-        "model = AutoModelForCausalLM.from_pretrained(path)\n"
-        "tokenizer = AutoTokenizer.from_pretrained(path)\n"
-        "messages = [{\"role\": \"user\", \"content\": \"Summarize: ...\"}]\n"
-        "inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors=\"pt\", "
-        "return_dict=True)\n"
-        "out = model.generate(**inputs, max_new_tokens=64)\n"
-        "print(tokenizer.decode(out[0][inputs[\"input_ids\"].shape[1]:], skip_special_tokens=True))\n\n"
-        "# or the adapter on top of the base model:\n"
-        "# from peft import PeftModel\n"
-        f"# model = PeftModel.from_pretrained(base_model, \"{run_dir.name}-adapter\")\n"
-    )
-    return files, f"Exported **{run_dir.name}**: merged model and adapter.", snippet
+    except export.ExportError as exc:
+        return None, str(exc), ""
+    return files, f"Exported **{run_dir.name}**: merged model and adapter.", export.load_snippet(run_dir.name)
 
 
 def push_to_hub(choice: str, repo_id: str, token: str):
+    """Start the push of model A's merged model as a runner job (kind "push") and return at once; push_view
+    follows it. The Hub is checked first, in seconds, so an offline push says so at once."""
     from pipeline.hub import HubUnreachable, require_hub
 
     try:
         run_dir = run_for_choice(choice)
     except ChatModelError as exc:
         return f"⚠️ {exc}"
-    if run_dir is None or not (run_dir / "merged" / "config.json").exists():
-        return "Pick a finished run to push."
-    if not (repo_id or "").strip() or "/" not in repo_id:
-        return "Enter a repository id like `your-name/my-grpo-model`."
-    if not (token or "").strip():
-        return "Enter a Hugging Face access token with write permission."
+    problem = export.push_problem(run_dir, repo_id, token)
+    if problem:
+        return problem
     try:
         require_hub(f"repository '{repo_id}'", "Export the zip instead and upload it from a connected machine.")
-        from huggingface_hub import HfApi
-
-        api = HfApi(token=token.strip())
-        api.create_repo(repo_id.strip(), exist_ok=True)
-        api.upload_folder(folder_path=str(run_dir / "merged"), repo_id=repo_id.strip())
-    except HubUnreachable as exc:
+        runner.start_push(run_dir, repo_id, token)
+    except (HubUnreachable, RuntimeError, OSError) as exc:  # RunnerError says why
         return f"⚠️ {exc}"
-    except Exception as exc:  # noqa: BLE001 - auth errors, permission, network drop
-        return f"⚠️ Push failed: {exc}"
-    return f"Pushed to https://huggingface.co/{repo_id.strip()}"
+    return f"⏫ Pushing **{run_dir.name}** to `{repo_id.strip()}`..."
+
+
+def push_message(run_dir: Path | None) -> str | None:
+    """The push job's state in words; None when the run was never pushed."""
+    status = runner.status("push", run_dir) if run_dir is not None else None
+    if status is None:
+        return None
+    state = status.get("state")
+    if state in runs.ACTIVE_STATES:
+        return f"⏫ Pushing **{run_dir.name}** to `{status.get('repo') or '...'}`..."
+    if state == "done":
+        return f"Pushed to {status.get('url')}"
+    if state == "stopped":
+        return f"⏹ The push of **{run_dir.name}** was stopped."
+    return f"⚠️ {status.get('error') or 'Push failed: see push.log in the run folder.'}"
+
+
+PUSH_WATCH_S = 3600  # how long the Chat tab follows a push (an upload of a large merged model can take a while)
+
+
+def push_view(choice: str, started: str):
+    """After Push: the job's progress, read from push_status.json every second until it ends."""
+    if not (started or "").startswith("⏫"):
+        return  # the push did not start: its message stays
+    try:
+        run_dir = run_for_choice(choice)
+    except ChatModelError:
+        return
+    for _ in range(PUSH_WATCH_S):
+        message = push_message(run_dir)
+        if message is not None:
+            yield message
+        if not runner.is_active("push", run_dir):
+            return
+        time.sleep(1)
 
 
 # ---- layout ------------------------------------------------------------------------------------
@@ -270,5 +278,6 @@ def build(cache: ModelCache) -> tuple[Callable, list[gr.components.Component]]:
     refresh.click(load_choices, [choice_a, choice_b, offered_a], [choice_a, choice_b, offered_a])
     score_btn.click(score_replies, [chat_a, chat_b, choice_a, choice_b, side_by_side], scores)
     export_btn.click(export_run, choice_a, [export_files, export_msg, snippet], api_name="export_run")
-    push.click(push_to_hub, [choice_a, repo, token], push_msg)
+    push.click(push_to_hub, [choice_a, repo, token], push_msg).then(push_view, [choice_a, push_msg], push_msg,
+                                                                     show_progress="hidden")
     return load_choices, [choice_a, choice_b, offered_a]

@@ -207,8 +207,13 @@ def run_config(path: Path) -> RunConfig | None:
     """The settings the run trains with (config.json plus recorded --steps overrides) as a RunConfig; None when
     config.json is missing or damaged (the progress header names the damage, see runs.run_problems, and the
     rest of the live view still shows)."""
+    return snap_config(runs.snapshot(path))
+
+
+def snap_config(snap: runs.Snapshot) -> RunConfig | None:
+    """run_config from a snapshot of the run."""
     try:
-        settings = runs.effective_config(path)  # {} when config.json is missing or unreadable
+        settings = snap.config  # {} when config.json is missing or unreadable
         return RunConfig.from_dict(settings) if settings else None
     except (OSError, ValueError, TypeError):  # ValueError covers ConfigError; TypeError a field of the wrong shape
         return None
@@ -256,8 +261,9 @@ LIVE_POLL_JS = """() => {
 }""" % int(1000 * live.POLL_S)
 
 
-def refresh(run_name: str | None, group_step, last_sig) -> dict[str, Any]:
-    """Live view: re-read the run directory. Returns {output name: update}; {} when nothing changed."""
+def refresh(run_name: str | None, group_step, last_sig, snap: runs.Snapshot | None = None) -> dict[str, Any]:
+    """Live view: re-read the run directory (or `snap`, the tick's one read of it). Returns {output name:
+    update}; {} when nothing changed."""
     path = run_path(run_name)
     if path is None:
         gone = bool(run_name)  # a run was picked, and its folder is no longer there (deleted)
@@ -267,26 +273,24 @@ def refresh(run_name: str | None, group_step, last_sig) -> dict[str, Any]:
         head = views.gone_html(run_name) if gone else views.progress_html(None, {}, [], None)
         return {**_empty_view(head), "sig": sig}
     try:
-        return _refresh_run(path, run_name, group_step, last_sig)
+        return _refresh_run(snap or runs.snapshot(path), run_name, group_step, last_sig)
     except FileNotFoundError:  # deleted between the check above and the reads
         return {**_empty_view(views.gone_html(run_name)), "sig": ("gone", run_name)}
 
 
-def _refresh_run(path: Path, run_name: str, group_step, last_sig) -> dict[str, Any]:
-    status = runs.read_status(path)
-    metrics = runs.read_metrics(path)
-    evals = runs.read_evals(path)  # for the held-out health check; the probes panel has its own handler
-    log_size = (path / "train.log").stat().st_size if (path / "train.log").exists() else 0
-    sig = (run_name, len(metrics), len(evals), status.get("state"), group_step, log_size)
+def _refresh_run(snap: runs.Snapshot | Path, run_name: str, group_step, last_sig) -> dict[str, Any]:
+    snap = snap if isinstance(snap, runs.Snapshot) else runs.snapshot(snap)  # a run folder: read it now
+    status, metrics = snap.status, snap.metrics
+    evals = snap.evals  # for the held-out health check; the probes panel reads the same snapshot
+    sig = (run_name, len(metrics), len(evals), status.get("state"), group_step, snap.size("train.log"))
     if sig == last_sig:
         return {}
-    cfg = run_config(path)  # with --steps overrides; None when damaged: the header says so, the rest shows
+    cfg = snap_config(snap)  # with --steps overrides; None when damaged: the header says so, the rest shows
     max_steps = cfg.max_steps if cfg else None
     lim = views.step_axis(max_steps, [m["step"] for m in metrics])
-    problems = runs.run_problems(path, active=status.get("state") in runs.ACTIVE_STATES)
     update = {
-        "progress": views.progress_html(run_name, status, metrics, max_steps, problems),
-        "log": runs.log_tail(path, 30),
+        "progress": views.progress_html(run_name, status, metrics, max_steps, snap.problems),
+        "log": snap.log(30),
         "sig": sig,
     }
     # The charts, the health panel and the groups are sent only when their data changed: the log grows
@@ -300,7 +304,7 @@ def _refresh_run(path: Path, run_name: str, group_step, last_sig) -> dict[str, A
             **{f"plot_{key}": plot(views.metric_frame(metrics, key), lim) for key in views.CHARTS},
         })
     if data_changed or last[4] != sig[4]:  # ...or the step picked in the group inspector
-        groups = runs.read_groups(path)  # the largest file of a run: read only when the groups are redrawn
+        groups = snap.groups  # the largest file of a run: read only when the groups are redrawn
         steps = [g["step"] for g in groups]
         pick = int(group_step or 0)
         record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
@@ -311,25 +315,22 @@ def _refresh_run(path: Path, run_name: str, group_step, last_sig) -> dict[str, A
     return update
 
 
-def probe_view(run_name: str | None, pick, last_sig=None) -> dict | None:
+def probe_view(run_name: str | None, pick, last_sig=None, snap: runs.Snapshot | None = None) -> dict | None:
     """A run's probes, from evals.jsonl: held-out chart frame, completions panel, step choices and the
-    signature they were drawn from. None when the signature equals last_sig (nothing to redraw)."""
+    signature they were drawn from. None when the signature equals last_sig (nothing to redraw). `snap`:
+    the tick's one read of the run, shared with the rest of the live view."""
     path = run_path(run_name)
     if path is None:
         sig = ("none", pick)
         return None if sig == last_sig else {"plot": None, "choices": views.probe_choices([]), "sig": sig,
                                              "panel": views.probes_empty_html(RunConfig().to_dict())}
-    state = runs.read_status(path).get("state")
-    evals_file = path / "evals.jsonl"
-    try:
-        size = evals_file.stat().st_size
-    except FileNotFoundError:  # no probes yet, or the run folder was just deleted
-        size = 0
-    sig = (run_name, size, state, pick)
+    snap = snap or runs.snapshot(path)
+    state = snap.state
+    sig = (run_name, snap.size("evals.jsonl"), state, pick)  # size 0: no probes yet, or the folder just went
     if sig == last_sig:
         return None
-    evals = runs.read_evals(path)
-    config = run_config(path)
+    evals = snap.evals
+    config = snap_config(snap)
     cfg = config.to_dict() if config else {}
     lim = views.step_axis(cfg.get("max_steps"), [e["step"] for e in evals])
     return {"plot": views.probe_frame(evals), "x_lim": lim, "panel": views.probes_html(evals, pick, cfg, state),
@@ -590,9 +591,9 @@ def build(ctx: TabContext) -> Tab:
                            show_progress="hidden", api_name="refresh")
         probe_sig = gr.State(None)
 
-        def refresh_probes(run_name, pick, last):
+        def refresh_probes(run_name, pick, last, snap=None):
             """Live view, held-out chart and completions panel; nothing is sent when unchanged."""
-            view = probe_view(run_name, pick, last)
+            view = probe_view(run_name, pick, last, snap)
             if view is None:
                 return {probe_sig: last}
             values = [v for _, v in view["choices"]]
@@ -621,8 +622,10 @@ def build(ctx: TabContext) -> Tab:
 
         def live_update(run_name, step_pick, last, pick, last_probe, action, last_eval, last_table):
             """The hidden Refresh button: every part of the live view redraws what changed, in one event."""
-            out = {watch[name]: value for name, value in refresh(run_name, step_pick, last).items()}
-            out.update(refresh_probes(run_name, pick, last_probe))
+            path = run_path(run_name)
+            snap = runs.snapshot(path) if path is not None else None  # the shown run, read once for every part
+            out = {watch[name]: value for name, value in refresh(run_name, step_pick, last, snap).items()}
+            out.update(refresh_probes(run_name, pick, last_probe, snap))
             out[eval_box], out[eval_sig] = eval_view(action, last_eval)
             out[table], out[table_sig] = runs_table_if_changed(last_table)
             return out

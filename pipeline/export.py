@@ -1,0 +1,121 @@
+"""Taking a finished run's model out of the app: zips of the merged model and the adapter, the snippet that
+loads them, and the push of the merged model to the Hugging Face Hub.
+
+The push is a runner job (kind "push", pipeline/runner.py): `python -m pipeline.export --run-dir R --repo
+ID` runs as a process of its own, writes push_status.json (docs/run-files.md) and can be stopped. The token
+comes in the HF_TOKEN environment variable, never on the command line or in a run file. No gradio import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Callable
+
+from pipeline import jobstate
+from pipeline.paths import data_dir
+
+PUSH_STATUS_FILE = jobstate.PUSH_STATUS_FILE
+TOKEN_ENV = "HF_TOKEN"
+
+
+class ExportError(ValueError):
+    """A run can't be exported or pushed; the message says why and what to do."""
+
+
+def exportable(run_dir: Path | None) -> Path:
+    """The run folder when it holds a merged model; ExportError otherwise."""
+    if run_dir is None or not (Path(run_dir) / "merged" / "config.json").exists():
+        raise ExportError("Pick a finished run (\"… (tuned, final)\") to export.")
+    return Path(run_dir)
+
+
+def export_zips(run_dir: Path, on_part: Callable[[str], None] = lambda part: None) -> list[str]:
+    """Zip the merged model and the adapter under <data>/exports; returns the zip paths."""
+    run_dir = exportable(run_dir)
+    out = data_dir() / "exports"
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for part in ("merged", "adapter"):
+        on_part(part)
+        base = out / f"{run_dir.name}-{part}"
+        files.append(shutil.make_archive(str(base), "zip", root_dir=run_dir / part))
+    return files
+
+
+def load_snippet(run_name: str) -> str:
+    """How to load the exported zips with transformers (and the adapter with PEFT)."""
+    return (
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+        f"path = \"{run_name}-merged\"  # the unzipped merged folder\n"
+        "model = AutoModelForCausalLM.from_pretrained(path)\n"
+        "tokenizer = AutoTokenizer.from_pretrained(path)\n"
+        "messages = [{\"role\": \"user\", \"content\": \"Summarize: ...\"}]\n"
+        "inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors=\"pt\", "
+        "return_dict=True)\n"
+        "out = model.generate(**inputs, max_new_tokens=64)\n"
+        "print(tokenizer.decode(out[0][inputs[\"input_ids\"].shape[1]:], skip_special_tokens=True))\n\n"
+        "# or the adapter on top of the base model:\n"
+        "# from peft import PeftModel\n"
+        f"# model = PeftModel.from_pretrained(base_model, \"{run_name}-adapter\")\n"
+    )
+
+
+def push_problem(run_dir: Path | None, repo_id: str | None, token: str | None) -> str | None:
+    """What is wrong with a push request, in words; None when it can go."""
+    if run_dir is None or not (Path(run_dir) / "merged" / "config.json").exists():
+        return "Pick a finished run to push."
+    if not (repo_id or "").strip() or "/" not in repo_id:
+        return "Enter a repository id like `your-name/my-grpo-model`."
+    if not (token or "").strip():
+        return "Enter a Hugging Face access token with write permission."
+    return None
+
+
+def push_command(run_dir: Path, repo_id: str, python: str | None = None) -> list[str]:
+    """The argument list that pushes `run_dir`'s merged model (the token travels in HF_TOKEN)."""
+    return [python or sys.executable, "-m", "pipeline.export", "--run-dir", str(run_dir), "--repo", repo_id.strip()]
+
+
+def push(run_dir: Path, repo_id: str, token: str) -> str:
+    """Create the repository if needed and upload the merged model; returns its address."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token.strip())
+    api.create_repo(repo_id.strip(), exist_ok=True)
+    api.upload_folder(folder_path=str(Path(run_dir) / "merged"), repo_id=repo_id.strip())
+    return f"https://huggingface.co/{repo_id.strip()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The push job: running -> done (+ url) / failed (+ error) / stopped, in push_status.json."""
+    parser = argparse.ArgumentParser(description="Push a run's merged model to the Hugging Face Hub.")
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--repo", required=True)
+    args = parser.parse_args(argv)
+
+    def write(state: str, **fields) -> None:
+        jobstate.write_state(args.run_dir, PUSH_STATUS_FILE, "pusher", state, **fields)
+
+    def stopped(*_):
+        write("stopped")
+        sys.exit(130)
+
+    signal.signal(signal.SIGTERM, stopped)
+    pid = os.getpid()
+    write("running", pid=pid, pid_create_time=jobstate.process_create_time(pid), repo=args.repo)
+    try:
+        url = push(args.run_dir, args.repo, os.environ.get(TOKEN_ENV, ""))
+    except Exception as exc:  # noqa: BLE001 - auth errors, permission, network drop: the status says which
+        write("failed", error=f"Push failed: {exc}")
+        return 1
+    write("done", url=url)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
