@@ -79,12 +79,14 @@ def test_the_arithmetic_preset_shows_format_compliance_in_the_probes_panel(page,
     page.get_by_role("option", name="Arithmetic: correctness + format").click()
     numeric = page.locator("#rewards-table [role=row]", has_text="numeric_tolerance").locator("input[type=checkbox]")
     expect(numeric).to_be_checked(timeout=30_000)
-    fill_settings(page, {"Steps": "2", "Probe every N steps (0 = off)": "2", "Probe prompts (held out)": "4"})
+    # One prompt a step (G=8) keeps the two steps short; the probes are what this test looks at.
+    fill_settings(page, {"Steps": "2", "Batch (completions / step)": "8", "Probe every N steps (0 = off)": "2",
+                         "Probe prompts (held out)": "4"})
     page.locator("#start-btn").click()
     expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)
     run_name = page.locator("#run-select input").input_value()
     cfg = json.loads((runs.runs_dir() / run_name / "config.json").read_text())
-    assert cfg["dataset"]["source"] == "arithmetic" and cfg["max_steps"] == 2
+    assert cfg["dataset"]["source"] == "arithmetic" and (cfg["max_steps"], cfg["batch_size"]) == (2, 8)
 
     panel = page.locator("#probes .gs-probes")
     expect(panel).to_have_attribute("data-step", "0", timeout=600_000)
