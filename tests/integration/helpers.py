@@ -59,6 +59,16 @@ def run(run_dir: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedP
                           text=True, timeout=timeout)
 
 
+def poll(predicate, timeout: float = 20.0) -> bool:
+    """True as soon as predicate() is, False after `timeout` seconds (checked every 0.1 s)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -4,11 +4,11 @@ start lock, the owner rules and the dead-writer check that trainings and evaluat
 
 import subprocess
 import sys
-import time
 
 import pytest
 
 from pipeline import jobstate, runner, runs
+from tests.integration.helpers import poll as _wait
 
 STATUS = "fake_status.json"
 OWNERS = ("running", "done", "failed", "stopped")
@@ -46,15 +46,6 @@ def fake_kind(tmp_path, monkeypatch):
     run_dir = runs.new_run_dir("fake")
     runs.write_json_atomic(run_dir / "config.json", {})
     return spec, run_dir, commands
-
-
-def _wait(predicate, timeout=20.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_a_new_kind_starts_reports_and_stops_through_the_shared_code(fake_kind):

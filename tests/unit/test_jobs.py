@@ -3,12 +3,12 @@
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from pipeline import runner, runs
 from pipeline.config import RunConfig
+from tests.integration.helpers import poll as _wait
 
 
 def _run_with_merged_model(label: str):
@@ -45,15 +45,6 @@ def _fake_trainer(run_dir, seconds=30):
         f"time.sleep({seconds})\n"
     )
     return [sys.executable, "-c", code]
-
-
-def _wait(predicate, timeout=20.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 # ---- who writes which state -------------------------------------------------------------------
