@@ -1,5 +1,7 @@
-"""Completions over time, in Debian chromium: a Quick CPU demo run shows the base model's answers
-(step 0) to held-out prompts, then a later probe step with what changed, and can be scrubbed back."""
+"""Completions over time, in Debian chromium: a run of the arithmetic preset shows the base model's answers
+(step 0) to held-out prompts with their format compliance, then a later probe step with what changed, can be
+scrubbed back, and probes the step a Stop ends on. One training for the whole panel: a browser training costs
+a minute here."""
 
 import json
 import re
@@ -9,7 +11,7 @@ from playwright.sync_api import expect
 
 from pipeline import runs
 
-from .conftest import ARTIFACTS, LIGHT_RUN, fill_settings
+from .conftest import ARTIFACTS, fill_settings
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -21,34 +23,45 @@ def shot(page, name, locator=None):
         locator.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
-def test_completions_over_time_show_step_0_then_a_later_probe(page, app_url):
+def test_probes_show_step_0_then_a_later_step_with_format_compliance_and_the_step_a_stop_ends_on(page, app_url):
     page.goto(app_url)
     expect(page.get_by_text("1. Model and data")).to_be_visible()
     # Before any run: the panel says what probes are.
     expect(page.locator("#probes")).to_contain_text("step 0 is the base model")
 
-    # The Quick CPU demo preset, with probes every 2 steps instead of 5 so the test sees a second probe soon,
-    # on 2 probe prompts and a lighter step.
-    expect(page.get_by_label("Preset")).to_have_value("Quick CPU demo")
-    fill_settings(page, {"Probe every N steps (0 = off)": "2", "Probe prompts (held out)": "2", **LIGHT_RUN})
+    # The verifiable-task preset, as a user picks it.
+    page.get_by_label("Preset").click()
+    page.get_by_role("option", name="Arithmetic: correctness + format").click()
+    numeric = page.locator("#rewards-table [role=row]", has_text="numeric_tolerance").locator("input[type=checkbox]")
+    expect(numeric).to_be_checked(timeout=30_000)
+    # One prompt a step (G=8) keeps steps short, and probes every 2 steps instead of 4 show a second probe soon.
+    # 8 steps planned: the test stops the run after the step-2 probe.
+    fill_settings(page, {"Steps": "8", "Batch (completions / step)": "8", "Probe every N steps (0 = off)": "2",
+                         "Probe prompts (held out)": "4"})
     page.locator("#start-btn").click()
     expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)
     run_name = page.locator("#run-select input").input_value()
     cfg = json.loads((runs.runs_dir() / run_name / "config.json").read_text())
-    assert (cfg["probe_every"], cfg["probe_prompts"], cfg["batch_size"], cfg["max_completion_length"]) == (2, 2, 4, 16)
+    assert cfg["dataset"]["source"] == "arithmetic"
+    assert (cfg["max_steps"], cfg["batch_size"], cfg["probe_every"], cfg["probe_prompts"]) == (8, 8, 2, 4)
 
-    # Step 0: the base model's answers to the 2 probe prompts, scored.
+    # Step 0: the base model's answers to the 4 probe prompts, scored, with the task's own metrics.
     panel = page.locator("#probes .gs-probes")
     expect(panel).to_have_attribute("data-step", "0", timeout=600_000)
-    expect(page.locator("#probes .gs-probe")).to_have_count(2)
+    expect(page.locator("#probes .gs-probe")).to_have_count(4)
     expect(panel).to_contain_text("step 0 · base")
-    expect(panel).to_contain_text("summary_score")
+    expect(panel.locator(".gs-format")).to_contain_text(re.compile(r"format compliance \d+%"))
+    expect(panel).to_contain_text("accuracy")
     expect(page.locator("#probe-plot")).to_contain_text("total (weighted)", timeout=30_000)
     shot(page, "probes-01-step0")
+    shot(page, "probes-05-arithmetic-step0", page.locator("#probes"))
 
-    # A later probe step: the panel follows the latest one and compares it with the one before.
+    # A later probe step: the panel follows the latest one and compares it with the one before, format
+    # compliance included.
     expect(panel).to_have_attribute("data-steps", re.compile(r"^0,\d+"), timeout=900_000)
     expect(panel).to_contain_text("Compared with step 0")
+    expect(panel.locator(".gs-format")).to_contain_text(
+        re.compile(r"format compliance \d+% \([+-]\d+ points vs step 0\)"))
     later = panel.get_attribute("data-step")
     assert later != "0"
     expect(page.locator("#probes .gs-probe-history").first).to_contain_text(f"{later}:")
@@ -68,34 +81,4 @@ def test_completions_over_time_show_step_0_then_a_later_probe(page, app_url):
     # The step it stopped on was probed too ("end"), unless it was already a probe step.
     expect(panel).to_contain_text("· end", timeout=30_000)
     shot(page, "probes-04-stopped")
-
-
-def test_the_arithmetic_preset_shows_format_compliance_in_the_probes_panel(page, app_url):
-    """The verifiable-task preset, as a user starts it: its probes score format compliance (a number inside
-    <answer></answer>) for the base model at step 0 and again at the end, with the change between them."""
-    page.goto(app_url)
-    expect(page.get_by_text("1. Model and data")).to_be_visible()
-    page.get_by_label("Preset").click()
-    page.get_by_role("option", name="Arithmetic: correctness + format").click()
-    numeric = page.locator("#rewards-table [role=row]", has_text="numeric_tolerance").locator("input[type=checkbox]")
-    expect(numeric).to_be_checked(timeout=30_000)
-    # One prompt a step (G=8) keeps the two steps short; the probes are what this test looks at.
-    fill_settings(page, {"Steps": "2", "Batch (completions / step)": "8", "Probe every N steps (0 = off)": "2",
-                         "Probe prompts (held out)": "4"})
-    page.locator("#start-btn").click()
-    expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)
-    run_name = page.locator("#run-select input").input_value()
-    cfg = json.loads((runs.runs_dir() / run_name / "config.json").read_text())
-    assert cfg["dataset"]["source"] == "arithmetic" and (cfg["max_steps"], cfg["batch_size"]) == (2, 8)
-
-    panel = page.locator("#probes .gs-probes")
-    expect(panel).to_have_attribute("data-step", "0", timeout=600_000)
-    expect(panel.locator(".gs-format")).to_contain_text(re.compile(r"format compliance \d+%"))
-    expect(panel).to_contain_text("accuracy")
-    shot(page, "probes-05-arithmetic-step0", page.locator("#probes"))
-
-    expect(page.locator("#progress [data-state=finished]")).to_be_visible(timeout=900_000)
-    expect(panel).to_have_attribute("data-steps", "0,2", timeout=60_000)
-    expect(panel.locator(".gs-format")).to_contain_text(
-        re.compile(r"format compliance \d+% \([+-]\d+ points vs step 0\)"))
     shot(page, "probes-06-arithmetic-end", page.locator("#probes"))

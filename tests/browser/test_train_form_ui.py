@@ -7,7 +7,7 @@ from playwright.sync_api import expect
 
 from pipeline import runs
 
-from .conftest import open_settings
+from .conftest import LIGHT_RUN, fill_settings, open_settings
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -26,11 +26,12 @@ def test_typed_settings_reach_the_run_config(page, app_url):
         every.press("Tab")
         page.wait_for_timeout(800)
         assert (steps.input_value(), every.input_value()) == ("6", "1"), f"attempt {attempt + 1}"
+    fill_settings(page, LIGHT_RUN)  # a lighter first step: the run is stopped during it
     page.locator("#start-btn").click()
     expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)
     run_name = page.locator("#run-select input").input_value()
     cfg = json.loads((runs.runs_dir() / run_name / "config.json").read_text())
-    assert (cfg["max_steps"], cfg["save_steps"]) == (6, 1)
+    assert (cfg["max_steps"], cfg["save_steps"], cfg["batch_size"]) == (6, 1, 4)
     expect(steps).to_have_value("6")
     page.locator("#stop-btn").click()
     expect(page.locator("#progress [data-state=stopped]")).to_be_visible(timeout=600_000)

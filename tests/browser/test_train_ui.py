@@ -104,7 +104,8 @@ def test_second_start_while_training_is_refused(page, app_url):
     deadline = time.time() + 120
     while time.time() < deadline and runner.busy_run() is not None:
         time.sleep(0.5)
-    busy = runner.start_run(RunConfig(max_steps=50, max_completion_length=16, probe_every=0), label="busy")
+    busy = runner.start_run(RunConfig(max_steps=50, batch_size=4, max_completion_length=16, probe_every=0),
+                            label="busy")
     try:
         before = len(list(runs.iter_run_dirs()))
         page.goto(app_url)

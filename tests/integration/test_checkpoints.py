@@ -60,19 +60,13 @@ def test_keep_checkpoints_keeps_the_newest_complete_ones_and_a_kill_after_rotati
 
 
 @pytest.fixture(scope="module")
-def resumed_run(bundled_model_dir):
-    """One step with a checkpoint, then a resume to step 2 with --steps. Returns the run folder, config.json's
-    bytes at creation, and checkpoint-1's trainer_state.json as the first process left it."""
-    run_dir = make_run("override", max_steps=1, save_steps=1)
-    written = (run_dir / "config.json").read_bytes()
-    proc = run(run_dir)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (run_dir / "config.json").read_bytes() == written  # a start does not rewrite it
-    first_state = json.loads((run_dir / "checkpoint-1" / "trainer_state.json").read_text())
-
-    proc = run(run_dir, "--resume", "--steps", "2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run_dir, written, first_state
+def resumed_run(shared_run):
+    """One step with a checkpoint, then a resume to step 2 with --steps (the session's shared run, see
+    conftest.py). Returns the run folder, config.json's bytes at creation, and checkpoint-1's
+    trainer_state.json as the first process left it."""
+    run_dir = shared_run.path
+    assert (run_dir / "config.json").read_bytes() == shared_run.created_config  # a start does not rewrite it
+    return run_dir, shared_run.created_config, shared_run.first_state
 
 
 def test_a_resume_with_steps_keeps_config_json_and_records_the_override(resumed_run):

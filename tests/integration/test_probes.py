@@ -7,15 +7,15 @@ import pytest
 
 from pipeline import runs
 
-from .helpers import DEFAULT_REWARDS, make_run, run
+from .helpers import DEFAULT_REWARDS
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_two_step_run_probes_steps_0_1_and_2(bundled_model_dir):
-    run_dir = make_run("probes", probe_every=1, probe_prompts=2)
-    proc = run(run_dir, "--steps", "2", timeout=1500)  # 2 steps + 3 probes; generous for a busy 2-core box
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_a_two_step_run_probes_steps_0_1_and_2(shared_run, bundled_model_dir):
+    """The shared run probes every step on 2 prompts: step 0 and 1 in its first process, step 2 after the
+    resume (which does not probe step 0 again)."""
+    run_dir = shared_run.path
 
     evals = runs.read_evals(run_dir)
     assert [e["step"] for e in evals] == [0, 1, 2]

@@ -7,17 +7,14 @@ import pytest
 from pipeline import runs
 from pipeline.advantages import group_advantages
 
-from .helpers import DEFAULT_REWARDS, make_run, run, status
+from .helpers import DEFAULT_REWARDS, status
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def finished_run(bundled_model_dir):
-    run_dir = make_run("e2e", merge_at_end=True)
-    proc = run(run_dir, "--steps", "2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run_dir
+def finished_run(shared_run):
+    return shared_run.path
 
 
 def test_run_directory_layout(finished_run):
