@@ -10,21 +10,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 
 
-def chat_tab(ctx):
-    """The Chat tab under the tabs' contract (ui/tab.py). ui/chat.py still has its older build(cache): this
-    adapter goes once that module's own build takes a TabContext."""
-    from ui import chat
-    from ui.tab import PageLoad, Tab
-
-    load_choices, models = chat.build(ctx.cache)
-    return Tab(loads=(PageLoad(load_choices, models, models),))
-
-
 def tab_builders() -> list:
     """The tabs in page order, each a `build(ctx: TabContext) -> Tab` (ui/tab.py). A new tab is one entry."""
-    from ui import rag, reward_bench, train
+    from ui import chat, rag, reward_bench, train
 
-    return [train.build, reward_bench.build, chat_tab, rag.build]
+    return [train.build, reward_bench.build, chat.build, rag.build]
 
 
 def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None, tabs: list | None = None):

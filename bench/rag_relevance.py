@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from retrieval.search import search_modes  # noqa: E402  (the shipped modes, declared once)
 
 CASES = Path(__file__).resolve().parent / "rag_relevance.jsonl"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -88,9 +89,8 @@ class Mode:
     rewrite: bool = False
 
 
-SHIPPED = [Mode("vector", "vector"), Mode("hybrid (vector + keywords)", "hybrid"),
-           Mode("chunks (plot + best sentence)", "chunks"),
-           Mode("chunks+keywords (with glossary)", "chunks+keywords")]
+# The modes the RAG tab offers, from the one registry (retrieval/search.py), as they ship.
+SHIPPED = [Mode(f"{m.name}: {m.label}", m.name) for m in reversed(list(search_modes))]
 SWEEP = ([Mode(f"hybrid k={k}", "hybrid", {"rrf_k": k}) for k in (5, 20, 100)]
          + [Mode("hybrid + glossary", "hybrid", {"glossary": True})]
          + [Mode(f"chunks weight={w}", "chunks", {"chunk_weight": w}) for w in (0.3, 0.7, 1.0)]

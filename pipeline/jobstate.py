@@ -190,5 +190,15 @@ def eval_active(run_dir: str | Path) -> bool:
     return (read_eval_status(run_dir) or {}).get("state") in ACTIVE_STATES
 
 
+def read_push_status(run_dir: str | Path) -> dict | None:
+    """push_status.json (None when the run was never pushed), corrected for a pusher that died without saying so."""
+    return read_state(run_dir, PUSH_STATUS_FILE, PUSH_LAUNCHER_FILE,
+                      "The push exited without reporting (killed, or out of memory). See push.log in the run folder.")
+
+
+def push_active(run_dir: str | Path) -> bool:
+    return (read_push_status(run_dir) or {}).get("state") in ACTIVE_STATES
+
+
 def eval_launcher_alive(run_dir: str | Path) -> bool:
     return launcher_record_alive(run_dir, EVAL_LAUNCHER_FILE)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from pipeline import runs
 
-# A shown run's files: each feeds part of the view (header, charts, groups, probes, evaluation).
+# A shown run's files: each feeds part of the view (header, charts, groups, probes, evaluation, push).
 RUN_FILES = ("config.json", runs.STATUS_FILE, runs.LAUNCHES_FILE, "metrics.jsonl", "groups.jsonl", "evals.jsonl",
-             runs.EVAL_STATUS_FILE, "eval.json")
+             runs.EVAL_STATUS_FILE, "eval.json", runs.PUSH_STATUS_FILE)
 POLL_S = 1.0  # how often the page asks; a new step shows within about this (bench/chart_latency.py)
 # The log tail is redrawn at most once per this many seconds: a chatty log (a reward that warns on every
 # call) must not turn the live view back into a redraw every second. Any other change redraws it too.

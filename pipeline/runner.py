@@ -458,8 +458,18 @@ PUSH = register(Job(
     kind="push", what="the push", status_file=runs.PUSH_STATUS_FILE, launcher_file=runs.PUSH_LAUNCHER_FILE,
     log_file="push.log", worker="pusher", worker_states=("running", "done", "failed", "stopped"),
     busy="is already being pushed: wait for it, or stop it.", refuse=_refuse_push, command=_push_command,
+    read_status=lambda run_dir: runs.read_push_status(run_dir),
     env=lambda run_dir, token="", **_: {"HF_TOKEN": token.strip()},
 ))
+
+
+def active_pushes() -> list[Path]:
+    return active("push")
+
+
+def stop_push(run_dir: Path, grace_s: float = 0.0) -> bool:
+    """Ask a run's push to stop (SIGTERM to its process group); it marks itself stopped."""
+    return stop("push", run_dir, grace_s)
 
 
 def start_push(run_dir: Path, repo_id: str, token: str) -> Path:

@@ -23,7 +23,8 @@ from pipeline.jobstate import (  # noqa: F401 - re-exported: callers know these 
     ACTIVE_STATES, DAMAGED, EVAL_LAUNCHER_FILE, EVAL_STATES, EVAL_STATUS_FILE, LAUNCHER_FILE, PUSH_LAUNCHER_FILE,
     PUSH_STATUS_FILE, QUEUED_GRACE_S,
     STATE_WRITERS, STATES, STATUS_FILE, _process_alive, _writer_alive, eval_active, eval_launcher_alive, launcher,
-    launcher_alive, process_create_time, read_eval_status, read_status, write_eval_status, write_state, write_status)
+    launcher_alive, process_create_time, push_active, read_eval_status, read_push_status, read_status, write_eval_status,
+    write_state, write_status)
 from pipeline.jsonio import (  # noqa: F401 - re-exported
     _BAD_LINES, _json_default, _read_json, append_jsonl, file_problem, read_json, read_jsonl, unreadable_lines,
     write_json_atomic)
@@ -357,7 +358,8 @@ def list_runs() -> list[dict]:
 
 
 def delete_run(run_dir: str | Path) -> None:
-    """Remove a run directory, refusing anything outside runs/ or a run that is still training."""
+    """Remove a run directory, refusing anything outside runs/, or a run that a job (training, evaluation,
+    push) is still reading or writing."""
     run_dir = Path(run_dir).resolve()
     if run_dir.parent != runs_dir():
         raise ValueError("Only run directories under the data directory's runs/ can be deleted.")
@@ -365,4 +367,6 @@ def delete_run(run_dir: str | Path) -> None:
         raise ValueError("This run is still training: stop it first.")
     if eval_active(run_dir):
         raise ValueError("This run is being evaluated: wait for the evaluation or stop it first.")
+    if push_active(run_dir):
+        raise ValueError("This run is being pushed to the Hub: wait for the push or stop it first.")
     shutil.rmtree(run_dir)

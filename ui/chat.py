@@ -8,7 +8,6 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 import gradio as gr
 
@@ -18,6 +17,8 @@ from pipeline.generate import (
     ChatModelError, ModelCache, ModelChoice, chat_choices, error_reply, is_error_reply, run_for_choice, stream_chat,
 )
 from pipeline.rewards import build_rewards, score
+from ui import views
+from ui.tab import PageLoad, Tab, TabContext
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EXAMPLES = json.loads((ASSETS / "prompts" / "chat_examples.json").read_text(encoding="utf-8"))
@@ -176,17 +177,7 @@ def push_to_hub(choice: str, repo_id: str, token: str):
 
 def push_message(run_dir: Path | None) -> str | None:
     """The push job's state in words; None when the run was never pushed."""
-    status = runner.status("push", run_dir) if run_dir is not None else None
-    if status is None:
-        return None
-    state = status.get("state")
-    if state in runs.ACTIVE_STATES:
-        return f"⏫ Pushing **{run_dir.name}** to `{status.get('repo') or '...'}`..."
-    if state == "done":
-        return f"Pushed to {status.get('url')}"
-    if state == "stopped":
-        return f"⏹ The push of **{run_dir.name}** was stopped."
-    return f"⚠️ {status.get('error') or 'Push failed: see push.log in the run folder.'}"
+    return views.push_markdown(run_dir.name, runner.status("push", run_dir)) if run_dir is not None else None
 
 
 PUSH_WATCH_S = 3600  # how long the Chat tab follows a push (an upload of a large merged model can take a while)
@@ -212,10 +203,9 @@ def push_view(choice: str, started: str):
 # ---- layout ------------------------------------------------------------------------------------
 
 
-def build(cache: ModelCache) -> tuple[Callable, list[gr.components.Component]]:
-    """Add the Chat tab. Returns the page-load handler that re-reads the model lists, and its components
-    (inputs and outputs alike)."""
-    respond, score_replies = make_handlers(cache)
+def build(ctx: TabContext) -> Tab:
+    """Add the Chat tab (the tabs' contract, ui/tab.py). A page load re-reads the model lists."""
+    respond, score_replies = make_handlers(ctx.cache)
     with gr.Tab("Chat", id="chat"):
         gr.Markdown("Talk to a tuned model, a checkpoint, or a base model. Tick *side by side* to send each "
                     "message to two models at once and see what GRPO changed.")
@@ -280,4 +270,5 @@ def build(cache: ModelCache) -> tuple[Callable, list[gr.components.Component]]:
     export_btn.click(export_run, choice_a, [export_files, export_msg, snippet], api_name="export_run")
     push.click(push_to_hub, [choice_a, repo, token], push_msg).then(push_view, [choice_a, push_msg], push_msg,
                                                                      show_progress="hidden")
-    return load_choices, [choice_a, choice_b, offered_a]
+    models = [choice_a, choice_b, offered_a]
+    return Tab(loads=(PageLoad(load_choices, models, models),))

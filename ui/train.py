@@ -400,9 +400,19 @@ def stop_evaluation(name: str | None):
     return f"⏹ Stop requested for the evaluation of **{evaluated[0].name}**."
 
 
+def stop_push(name: str | None):
+    path = run_path(name)
+    pushed = [path] if path is not None and runs.push_active(path) else runner.active_pushes()
+    if not pushed:
+        return "No push is running."
+    runner.stop_push(pushed[0])
+    return f"⏹ Stop requested for the push of **{pushed[0].name}**."
+
+
 def eval_view(name: str | None, last_sig=None):
-    """Live view: the evaluation of the Runs panel's run (or, when it has none, one running elsewhere),
-    read from eval_status.json and eval.json. Returns (markdown or gr.skip(), signature)."""
+    """Live view: the jobs of the Runs panel's run, in words. Its evaluation (or, when it has none, one
+    running elsewhere), read from eval_status.json and eval.json, then its push to the Hub (push_status.json),
+    when it has one. Returns (markdown or gr.skip(), signature)."""
     path = run_path(name)
     status = runs.read_eval_status(path) if path is not None else None
     if status is None and (active := runner.active_evals()):
@@ -410,18 +420,23 @@ def eval_view(name: str | None, last_sig=None):
     result_file = path / "eval.json" if path is not None else None
     mtime = result_file.stat().st_mtime_ns if result_file is not None and result_file.exists() else None
     state = (status or {}).get("state")
-    sig = (path.name if path else None, state, (status or {}).get("done"), (status or {}).get("phase"), mtime)
+    pushed = run_path(name)
+    push = runs.read_push_status(pushed) if pushed is not None else None
+    sig = (path.name if path else None, state, (status or {}).get("done"), (status or {}).get("phase"), mtime,
+           (push or {}).get("state"), (push or {}).get("error"))
     if sig == last_sig:
         return gr.skip(), last_sig
+    push_line = views.push_markdown(pushed.name, push) if pushed is not None else None
     if path is None or (status is None and mtime is None):
-        return "", sig
+        return push_line or "", sig
     result = None
     if state not in views.EVAL_UNFINISHED:
         try:
             result = json.loads(result_file.read_text())
         except (OSError, ValueError) as exc:
             result = exc
-    return views.eval_markdown(path.name, status, result), sig
+    text = views.eval_markdown(path.name, status, result)
+    return (text + "\n\n" + push_line if push_line else text), sig
 
 
 def delete_run(name: str | None, confirmed: bool):
@@ -551,6 +566,7 @@ def build(ctx: TabContext) -> Tab:
                         resume_btn = gr.Button("Resume")
                         eval_btn = gr.Button("Evaluate base vs tuned", elem_id="eval-btn")
                         eval_stop_btn = gr.Button("Stop evaluation", size="sm", elem_id="eval-stop-btn")
+                        push_stop_btn = gr.Button("Stop push", size="sm", elem_id="push-stop-btn")
                     with gr.Row():
                         confirm = gr.Checkbox(label="Yes, delete it", value=False)
                         delete_btn = gr.Button("Delete", variant="stop")
@@ -616,6 +632,7 @@ def build(ctx: TabContext) -> Tab:
         eval_btn.click(evaluate_run, action_run, action_msg, api_name="evaluate_run").then(
             eval_view, [action_run], [eval_box, eval_sig], show_progress="hidden")
         eval_stop_btn.click(stop_evaluation, action_run, action_msg, api_name="stop_evaluation")
+        push_stop_btn.click(stop_push, action_run, action_msg, api_name="stop_push")
         delete_btn.click(delete_run, [action_run, confirm], [action_msg, confirm]).then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
         table_sig = gr.State(None)

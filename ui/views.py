@@ -444,3 +444,23 @@ def eval_markdown(name: str, status: dict | None, result: dict | Exception | Non
         return eval_result_markdown(name, result)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return f"❌ {label}'s eval.json can't be read ({exc}): press Evaluate to run it again."
+
+
+def push_markdown(name: str, status: dict | None) -> str | None:
+    """A push job's state in words, from push_status.json; None when the run was never pushed.
+
+    >>> push_markdown("run-1", {"state": "done", "url": "https://huggingface.co/me/m"})
+    '✅ **run-1** pushed to https://huggingface.co/me/m'
+    """
+    state = (status or {}).get("state")
+    label = f"**{name}**"
+    if state is None:
+        return None
+    if state in ("queued", "running"):
+        return f"⏫ Pushing {label} to `{status.get('repo') or '...'}`..."
+    if state == "done":
+        return f"✅ {label} pushed to {status.get('url')}"
+    if state == "stopped":
+        return f"⏹ The push of {label} was stopped."
+    return f"⚠️ {status.get('error') or 'Push failed: see push.log in the run folder.'}"
+

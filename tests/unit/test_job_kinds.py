@@ -129,3 +129,30 @@ def test_a_hub_push_is_the_third_kind_and_keeps_its_token_out_of_the_run_files(t
     for path in run_dir.iterdir():
         if path.is_file():
             assert "hf_secret_token" not in path.read_text(errors="replace"), path.name
+
+
+def test_a_run_being_pushed_is_not_deleted_and_the_runs_panel_shows_the_push(tmp_path, monkeypatch):
+    """A push reads the run's merged model while it uploads: Delete refuses the run until the push has ended,
+    and the Runs panel's job view says where the push stands (read from push_status.json)."""
+    import os
+
+    from ui import train
+
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    run_dir = runs.new_run_dir("pushing")
+    runs.write_json_atomic(run_dir / "config.json", {})
+    runs.write_status(run_dir, "finished")
+    me = os.getpid()  # a live writer: this process stands in for the pusher
+    jobstate.write_state(run_dir, runs.PUSH_STATUS_FILE, "pusher", "running", repo="me/model", pid=me,
+                         pid_create_time=jobstate.process_create_time(me))
+    with pytest.raises(ValueError, match="being pushed to the Hub"):
+        runs.delete_run(run_dir)
+    assert run_dir.is_dir()
+    text, _ = train.eval_view(run_dir.name)
+    assert "Pushing **" + run_dir.name + "** to `me/model`" in text
+
+    jobstate.write_state(run_dir, runs.PUSH_STATUS_FILE, "pusher", "failed", error="Push failed: offline.")
+    text, _ = train.eval_view(run_dir.name)
+    assert "Push failed: offline." in text
+    runs.delete_run(run_dir)
+    assert not run_dir.exists()
