@@ -167,15 +167,16 @@ class RunConfig:
                        "Completions per device per step; a multiple of G (prompts per step = batch / G). The demo takes "
                        "4 prompts a step: the more completions a step samples, the likelier one of them finds what the "
                        "rewards want. At 2 or 3 prompts a step one seed in five barely moved (6-12% of the held-out gap); "
-                       "at 4, seeds 1-5 closed 55-64%. Halve it (and the step time) to try a setting quickly.",
+                       "at 4, seeds 1-5 closed 47-64%. Halve it (and the step time) to try a setting quickly.",
                        minimum=1),
     )
-    max_steps: int = field(default=12, metadata=_form(
-        "Steps", "Optimizer steps to run. 12 steps of 4 prompts fit the 5-minute CPU demo on 2 cores.", minimum=1))
+    max_steps: int = field(default=11, metadata=_form(
+        "Steps", "Optimizer steps to run. 11 steps of 4 prompts fit the 5-minute CPU demo on 2 cores, with the page "
+        "open (12 took 306 s).", minimum=1))
     learning_rate: float = field(
         default=3e-4,
         metadata=_form("Learning rate",
-                       "LoRA starts at zero and the demo has 12 steps: 3e-4 moves it visibly (5e-5 barely did); "
+                       "LoRA starts at zero and the demo has 11 steps: 3e-4 moves it visibly (5e-5 barely did); "
                        "lower it for long runs or if KL climbs past 0.5.", above=0, below=1,
                        range_error="Learning rate {value} is out of range; try 5e-5 for LoRA."),
     )
@@ -227,7 +228,7 @@ class RunConfig:
         "Learning-rate schedule after warm-up. Constant for short runs: a decaying rate hides whether learning "
         "works; linear or cosine for long GPU runs.", LR_SCHEDULERS))
     warmup_steps: int = field(default=0, metadata=_form("Warm-up steps",
-        "Linear learning-rate warm-up steps. 0 for the demo: LoRA starts at zero, and 12 steps leave no room.",
+        "Linear learning-rate warm-up steps. 0 for the demo: LoRA starts at zero, and 11 steps leave no room.",
         minimum=0))
     mask_truncated_completions: bool = field(
         default=False,
