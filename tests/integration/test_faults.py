@@ -111,14 +111,18 @@ def test_sigkill_during_a_checkpoint_save_reads_as_failed_and_resume_skips_every
     (partial / "adapter_model.safetensors").write_bytes(b"half a file")
     with open(run_dir / "metrics.jsonl", "a") as fh:
         fh.write('{"step": 99, "reward": ')
+    resumed_at = time.time()
     proc = run(run_dir, "--resume", "--steps", str(resume_step + 1))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert status(run_dir)["state"] == "finished"
     assert not caught.exists() or (caught / runs.CHECKPOINT_MARKER).exists()
     assert not partial.exists()
     assert f"Resuming from checkpoint-{resume_step}" in (run_dir / "train.log").read_text()
-    steps = [r["step"] for r in runs.read_metrics(run_dir)]
-    assert steps[-1] == resume_step + 1 and 99 not in steps
+    rows = runs.read_metrics(run_dir)
+    assert rows[-1]["step"] == resume_step + 1 and 99 not in [r["step"] for r in rows]
+    # The line the resumed trainer wrote for that step is read, not glued onto the torn one and lost (the
+    # killed process may have logged the same step before its save: that older line must not be what shows).
+    assert rows[-1]["time"] > resumed_at, rows[-1]
 
 
 def _group_gone(pgid: int) -> bool:
