@@ -463,15 +463,6 @@ PUSH = register(Job(
 ))
 
 
-def active_pushes() -> list[Path]:
-    return active("push")
-
-
-def stop_push(run_dir: Path, grace_s: float = 0.0) -> bool:
-    """Ask a run's push to stop (SIGTERM to its process group); it marks itself stopped."""
-    return stop("push", run_dir, grace_s)
-
-
 def start_push(run_dir: Path, repo_id: str, token: str) -> Path:
     """Push the run's merged model to the Hub as a job of its own (python -m pipeline.export); returns at once.
     It writes push_status.json (running, then done with the url, failed with the reason, or stopped)."""

@@ -391,22 +391,22 @@ def evaluate_run(name: str | None):
             "progress shows below.")
 
 
-def stop_evaluation(name: str | None):
+def _stop_job(kind: str, what: str, name: str | None) -> str:
+    """Stop the Runs panel run's job of `kind` or, when that run has none running, the one running elsewhere."""
     path = run_path(name)
-    evaluated = [path] if path is not None and runs.eval_active(path) else runner.active_evals()
-    if not evaluated:
-        return "No evaluation is running."
-    runner.stop_eval(evaluated[0])
-    return f"⏹ Stop requested for the evaluation of **{evaluated[0].name}**."
+    running = [path] if path is not None and runner.is_active(kind, path) else runner.active(kind)
+    if not running:
+        return f"No {what} is running."
+    runner.stop(kind, running[0])
+    return f"⏹ Stop requested for the {what} of **{running[0].name}**."
+
+
+def stop_evaluation(name: str | None):
+    return _stop_job("eval", "evaluation", name)
 
 
 def stop_push(name: str | None):
-    path = run_path(name)
-    pushed = [path] if path is not None and runs.push_active(path) else runner.active_pushes()
-    if not pushed:
-        return "No push is running."
-    runner.stop_push(pushed[0])
-    return f"⏹ Stop requested for the push of **{pushed[0].name}**."
+    return _stop_job("push", "push", name)
 
 
 def eval_view(name: str | None, last_sig=None):

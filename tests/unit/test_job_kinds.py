@@ -154,5 +154,6 @@ def test_a_run_being_pushed_is_not_deleted_and_the_runs_panel_shows_the_push(tmp
     jobstate.write_state(run_dir, runs.PUSH_STATUS_FILE, "pusher", "failed", error="Push failed: offline.")
     text, _ = train.eval_view(run_dir.name)
     assert "Push failed: offline." in text
+    assert train.stop_push(run_dir.name) == "No push is running."  # the Runs panel's Stop push, nothing to stop
     runs.delete_run(run_dir)
     assert not run_dir.exists()
