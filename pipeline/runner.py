@@ -458,7 +458,7 @@ PUSH = register(Job(
     kind="push", what="the push", status_file=runs.PUSH_STATUS_FILE, launcher_file=runs.PUSH_LAUNCHER_FILE,
     log_file="push.log", worker="pusher", worker_states=("running", "done", "failed", "stopped"),
     busy="is already being pushed: wait for it, or stop it.", refuse=_refuse_push, command=_push_command,
-    read_status=lambda run_dir: runs.read_push_status(run_dir),
+    read_status=runs.read_push_status,
     env=lambda run_dir, token="", **_: {"HF_TOKEN": token.strip()},
 ))
 

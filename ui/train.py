@@ -413,14 +413,13 @@ def eval_view(name: str | None, last_sig=None):
     """Live view: the jobs of the Runs panel's run, in words. Its evaluation (or, when it has none, one
     running elsewhere), read from eval_status.json and eval.json, then its push to the Hub (push_status.json),
     when it has one. Returns (markdown or gr.skip(), signature)."""
-    path = run_path(name)
+    path = pushed = run_path(name)  # `path` may become a run evaluated elsewhere; the push is the shown run's
     status = runs.read_eval_status(path) if path is not None else None
     if status is None and (active := runner.active_evals()):
         path, status = active[0], runs.read_eval_status(active[0])
     result_file = path / "eval.json" if path is not None else None
     mtime = result_file.stat().st_mtime_ns if result_file is not None and result_file.exists() else None
     state = (status or {}).get("state")
-    pushed = run_path(name)
     push = runs.read_push_status(pushed) if pushed is not None else None
     sig = (path.name if path else None, state, (status or {}).get("done"), (status or {}).get("phase"), mtime,
            (push or {}).get("state"), (push or {}).get("error"))
