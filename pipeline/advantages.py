@@ -1,10 +1,11 @@
 """Group-relative advantages, computed exactly as TRL's GRPOTrainer computes them
-(multi_objective_aggregation="sum_then_normalize", scale_rewards="group" or "none").
+(multi_objective_aggregation="sum_then_normalize", scale_rewards "group", "batch" or "none").
 
 Pure Python so the reward test bench and the tests can use it without torch:
     A_i = (r_i - mean(r_group)) / (std(r_group) + 1e-4)
 with the sample std (Bessel's correction), missing rewards (None) left out of mean and std, and a
-missing completion's advantage set to 0.
+missing completion's advantage set to 0. With scale_rewards="batch" the divisor is the std of every total
+in the batch instead of the group's.
 """
 
 from __future__ import annotations
@@ -52,14 +53,44 @@ def group_advantages(rewards: Sequence[float | None], scale: bool = True) -> lis
     return out
 
 
-def batch_advantages(rewards: Sequence[float | None], group_size: int, scale: bool = True) -> list[float]:
-    """Advantages for a flat batch laid out group by group (G consecutive completions per prompt)."""
+def batch_advantages(rewards: Sequence[float | None], group_size: int, scale: bool | str = True) -> list[float]:
+    """Advantages for a flat batch laid out group by group (G consecutive completions per prompt).
+
+    `scale` is TRL's scale_rewards: "group" (or True) divides by each group's std, "batch" by the std of
+    the whole batch's totals, "none" (or False) only subtracts the group's mean.
+
+    >>> [round(a, 2) for a in batch_advantages([1, 0, 5, 5], 2, scale="batch")]
+    [0.19, -0.19, 0.0, 0.0]
+    >>> [round(a, 2) for a in batch_advantages([1, 0, 5, 5], 2, scale="group")]
+    [0.71, -0.71, 0.0, 0.0]
+    """
+    mode = ("group" if scale else "none") if isinstance(scale, bool) else scale
+    if mode not in ("group", "batch", "none"):
+        raise ValueError(f"scale must be 'group', 'batch' or 'none', not {scale!r}")
     if group_size < 1 or len(rewards) % group_size:
         raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
     out: list[float] = []
+    batch_std = group_stats(rewards)[1]
     for start in range(0, len(rewards), group_size):
-        out.extend(group_advantages(rewards[start:start + group_size], scale=scale))
+        group = rewards[start:start + group_size]
+        centred = group_advantages(group, scale=mode == "group")
+        if mode == "batch":
+            centred = [a / ((0.0 if math.isnan(batch_std) else batch_std) + STD_EPS) for a in centred]
+        out.extend(centred)
     return out
+
+
+def zero_std_share(rewards: Sequence[float | None], group_size: int) -> float:
+    """Share of groups whose G totals are all equal (std 0): groups that teach nothing. TRL logs this as
+    frac_reward_zero_std under group scaling; under batch scaling its figure asks whether the whole batch
+    is flat instead, so the trainer writes this one.
+
+    >>> zero_std_share([1, 1, 0, 2, 3, 3], 2)
+    0.6666666666666666
+    """
+    starts = range(0, len(rewards) - group_size + 1, group_size)
+    flat = [abs(group_stats(rewards[s:s + group_size])[1]) < 1e-8 for s in starts]
+    return sum(flat) / len(flat) if flat else 0.0
 
 
 def weighted_totals(per_reward: dict[str, Sequence[float | None]], weights: dict[str, float]) -> list[float | None]:

@@ -31,6 +31,7 @@ from pipeline.rewards import (
     GuardedReward, RewardFunctionError, build_rewards, completion_text, wait_for_reward_threads,
 )
 from pipeline import engine, runs
+from pipeline.advantages import group_stats, zero_std_share
 from pipeline.processes import end_children
 from pipeline.probes import make_probe_callbacks
 
@@ -140,7 +141,13 @@ def make_trainer_class():
             if (self.model.training and self.accelerator.is_main_process
                     and self.studio_clock.generations > self._studio_written_generation and self._logs["prompt"]):
                 self._studio_written_generation = self.studio_clock.generations
-                runs.append_jsonl(self.studio_run_dir / "groups.jsonl", self._studio_groups())
+                record = self._studio_groups()
+                runs.append_jsonl(self.studio_run_dir / "groups.jsonl", record)
+                if self.scale_rewards == "batch" and "frac_reward_zero_std" in self._metrics["train"]:
+                    # Under batch scaling TRL's figure asks whether the whole batch is flat; the chart means
+                    # groups, so the share of flat groups in the batch just captured replaces it.
+                    totals = [c["total"] for group in record["groups"] for c in group["completions"]]
+                    self._metrics["train"]["frac_reward_zero_std"] = [zero_std_share(totals, self.num_generations)]
             super().log(logs, start_time)
 
         def _studio_groups(self) -> dict:
@@ -163,7 +170,11 @@ def make_trainer_class():
                         "advantage": _clean(advantages[i]),
                     })
                 groups.append({"prompt": _prompt_text(prompts[start]), "completions": items})
-            return {"step": self.state.global_step, "weights": self.studio_weights, "groups": groups}
+            record = {"step": self.state.global_step, "weights": self.studio_weights,
+                      "scale_rewards": self.scale_rewards, "groups": groups}
+            if self.scale_rewards == "batch":  # the divisor every advantage of this batch shares
+                record["batch_std"] = _clean(group_stats([c["total"] for grp in groups for c in grp["completions"]])[1])
+            return record
 
     return StudioGRPOTrainer
 

@@ -16,7 +16,7 @@ from pipeline.health import health_warnings
 
 # chart name -> (title, list of (series label, metrics key)); the Train tab lays them out two a row, in order.
 CHARTS = {
-    "reward_std": ("Reward std (within groups)", [("reward std", "reward_std")]),
+    "reward_std": ("Reward std (across the batch)", [("reward std", "reward_std")]),
     # "Why is my reward std 0?" (ms-swift #4512): a group whose G completions all score the same teaches nothing.
     "frac_reward_zero_std": ("Share of groups with zero reward std (no signal)",
                              [("share of groups", "frac_reward_zero_std")]),
@@ -161,6 +161,25 @@ def _adv_bar(adv: float, scale: float) -> str:
     return f"<div class='gs-advbar'><div class='{cls}' style='{side};width:{width:.1f}%'></div></div>"
 
 
+def advantage_formula(record: dict, mean: float, std: float) -> str:
+    """The advantage formula of a group, with its numbers, for the run's scale_rewards (records written
+    before it was recorded used the group's std).
+
+    >>> advantage_formula({"scale_rewards": "batch", "batch_std": 2.5}, 1.0, 0.5)
+    'A = (total − group mean) / (batch std + 0.0001) &nbsp; group mean = 1.000, batch std = 2.500'
+    >>> advantage_formula({"scale_rewards": "none"}, 1.0, 0.5)
+    'A = total − group mean &nbsp; group mean = 1.000 (not divided by a std)'
+    """
+    mode = record.get("scale_rewards") or "group"
+    if mode == "batch":
+        batch_std = record.get("batch_std")
+        return (f"A = (total − group mean) / (batch std + {STD_EPS:g}) &nbsp; group mean = {mean:.3f}, "
+                f"batch std = {batch_std if _finite(batch_std) else 0:.3f}")
+    if mode == "none":
+        return f"A = total − group mean &nbsp; group mean = {mean:.3f} (not divided by a std)"
+    return f"A = (total − mean) / (std + {STD_EPS:g}) &nbsp; mean = {mean:.3f}, std = {std if _finite(std) else 0:.3f}"
+
+
 def groups_html(record: dict | None) -> str:
     """Each prompt's G completions sorted by advantage, with per-reward scores and the formula's numbers."""
     if not record:
@@ -177,8 +196,8 @@ def groups_html(record: dict | None) -> str:
         prompt = group["prompt"]
         out.append(
             f"<details class='gs-group' open><summary>Prompt {gi}: {html.escape(prompt[-160:])}</summary>"
-            f"<div class='gs-formula'>A = (total − mean) / (std + {STD_EPS:g}) &nbsp; mean = {mean:.3f}, "
-            f"std = {std if _finite(std) else 0:.3f}</div><table class='gs-table'><tr><th>advantage</th><th></th>"
+            f"<div class='gs-formula'>{advantage_formula(record, mean, std)}</div>"
+            f"<table class='gs-table'><tr><th>advantage</th><th></th>"
             f"<th>total</th>" + "".join(f"<th>{html.escape(monitor_label(n, weights))}</th>" for n in names)
             + "<th>completion</th></tr>")
         for c in sorted(items, key=lambda c: -(c.get("advantage") or 0)):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from pipeline import runs
-from pipeline.advantages import group_advantages
+from pipeline.advantages import batch_advantages, group_stats, zero_std_share
 
 from .helpers import DEFAULT_REWARDS, status
 
@@ -38,19 +38,26 @@ def test_metrics_lines_have_every_chart_series(finished_run):
     assert rows[-1]["eta_seconds"] == 0
 
 
-def test_group_advantages_are_z_scores_of_weighted_totals(finished_run):
+def test_advantages_are_weighted_totals_centred_on_their_group_and_scaled_by_the_batch_std(finished_run):
+    """The default scales by the batch's std (scale_rewards="batch"): the group inspector's record says so and
+    carries that std, TRL's advantages match the pure formula, and the zero-std share is the share of flat
+    groups (TRL's own figure would ask whether the whole batch is flat)."""
     steps = runs.read_groups(finished_run)
-    assert [s["step"] for s in steps] == [1, 2]
-    for step in steps:
+    rows = runs.read_metrics(finished_run)
+    assert [s["step"] for s in steps] == [r["step"] for r in rows] == [1, 2]
+    for step, row in zip(steps, rows):
         weights = step["weights"]
-        for group in step["groups"]:
-            items = group["completions"]
-            assert len(items) == 4 and group["prompt"]
-            for item in items:
-                expected = sum(v * weights[k] for k, v in item["rewards"].items())
-                assert item["total"] == pytest.approx(expected, rel=1e-5)
-            want = group_advantages([i["total"] for i in items])
-            assert [i["advantage"] for i in items] == pytest.approx(want, rel=1e-3, abs=1e-3)
+        assert step["scale_rewards"] == "batch" and len(step["groups"]) == 2
+        items = [item for group in step["groups"] for item in group["completions"]]
+        assert all(len(group["completions"]) == 4 and group["prompt"] for group in step["groups"])
+        for item in items:
+            expected = sum(v * weights[k] for k, v in item["rewards"].items())
+            assert item["total"] == pytest.approx(expected, rel=1e-5)
+        totals = [i["total"] for i in items]
+        assert step["batch_std"] == pytest.approx(group_stats(totals)[1], rel=1e-5)
+        assert [i["advantage"] for i in items] == pytest.approx(batch_advantages(totals, 4, scale="batch"),
+                                                                rel=1e-3, abs=1e-3)
+        assert row["frac_reward_zero_std"] == pytest.approx(zero_std_share(totals, 4))
 
 
 def test_merged_model_loads_generates_and_matches_base_plus_adapter(finished_run, bundled_model_dir):

@@ -3,7 +3,7 @@ import types
 
 import pytest
 
-from pipeline.advantages import batch_advantages, group_advantages, group_stats, weighted_totals
+from pipeline.advantages import batch_advantages, group_advantages, group_stats, weighted_totals, zero_std_share
 
 
 def test_seed_001_table():
@@ -38,7 +38,7 @@ def test_weighted_totals():
 
 
 def trl_advantages(rewards_per_func: list[list[float | None]], weights: list[float], group_size: int,
-                   scale_rewards: str) -> list[float]:
+                   scale_rewards: str, want: str = "advantages") -> list[float]:
     """Advantages from TRL's own code: the aggregation block of GRPOTrainer._generate_and_score_completions,
     cut from TRL's installed source and run on these rewards (None is how a reward says "no score"; TRL holds
     it as NaN). No copy of the formula: if TRL changes it, this runs the new one."""
@@ -58,10 +58,10 @@ def trl_advantages(rewards_per_func: list[list[float | None]], weights: list[flo
     scope = {"torch": torch, "nanstd": grpo_trainer.nanstd, "self": trainer, "rewards_per_func": table,
              "num_generations": group_size, "device": "cpu"}
     exec(block, scope)
-    return scope["advantages"].tolist()
+    return scope[want].tolist()
 
 
-@pytest.mark.parametrize("scale_rewards", ["group", "none"])
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
 def test_matches_trls_own_advantage_code_with_missing_rewards(scale_rewards):
     """Random groups of G=8, two weighted rewards, some scores missing: one reward of a completion, both
     rewards of a completion, and all but one completion of a group (std undefined)."""
@@ -77,6 +77,16 @@ def test_matches_trls_own_advantage_code_with_missing_rewards(scale_rewards):
     expected = trl_advantages(per_func, list(weights.values()), 8, scale_rewards)
 
     per_reward = {name: [row[k] for row in per_func] for k, name in enumerate(weights)}
-    ours = batch_advantages(weighted_totals(per_reward, weights), 8, scale=scale_rewards == "group")
+    ours = batch_advantages(weighted_totals(per_reward, weights), 8, scale=scale_rewards)
     assert ours == pytest.approx(expected, rel=1e-5, abs=1e-5)
     assert ours[2] == 0.0 and ours[16] == 0.0 and ours[24:] == [0.0] * 8 and ours[0] != 0.0
+
+
+def test_zero_std_share_is_trls_share_of_flat_groups():
+    """Under batch scaling the trainer writes zero_std_share: it must be what TRL reports under group scaling
+    (the share of groups whose G rewards are all equal), on the same rewards."""
+    rows = [[1.0], [1.0], [1.0], [1.0], [0.0], [2.0], [0.0], [0.0], [3.0], [3.0], [3.0], [3.0]]
+    flags = trl_advantages(rows, [1.0], 4, "group", want="is_std_zero")
+    assert zero_std_share([r[0] for r in rows], 4) == pytest.approx(sum(flags) / len(flags)) == pytest.approx(2 / 3)
+    # ...and TRL's own figure under batch scaling is 0 here: only a flat batch counts.
+    assert sum(trl_advantages(rows, [1.0], 4, "batch", want="is_std_zero")) == 0
