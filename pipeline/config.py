@@ -168,7 +168,7 @@ class RunConfig:
                        "Completions per device per step; a multiple of G (prompts per step = batch / G). The demo takes "
                        "4 prompts a step: the more completions a step samples, the likelier one of them finds what the "
                        "rewards want. At 2 or 3 prompts a step one seed in five barely moved (6-12% of the held-out gap); "
-                       "at 4, seeds 1-5 closed 47-64%. Halve it (and the step time) to try a setting quickly.",
+                       "at 4, seeds 1-5 closed 36-70%. Halve it (and the step time) to try a setting quickly.",
                        minimum=1),
     )
     max_steps: int = field(default=11, metadata=_form(

@@ -48,6 +48,8 @@ def test_start_watch_stop_reload_and_resume(page, app_url):
     expect(page.locator("#progress .gs-step")).to_have_text(re.compile(r"[1-9]"), timeout=600_000)
     expect(page.locator("#groups .gs-group").first).to_be_visible(timeout=30_000)
     expect(page.locator("#groups .gs-adv").first).to_have_text(re.compile(r"[+-]\d\.\d\d"))
+    # The default scales advantages by the batch's std, and the formula above each group says so.
+    expect(page.locator("#groups .gs-formula").first).to_contain_text("batch std = ")
     expect(page.locator("#reward-plot")).to_contain_text("length_target", timeout=30_000)
     shot(page, "train-02-running")
 
