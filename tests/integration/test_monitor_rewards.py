@@ -54,6 +54,12 @@ def _tokenizer():
 
 def _advantages(tmp_path, funcs, weights, scale_rewards):
     """The advantages TRL computes for one generation batch, through the studio's trainer subclass."""
+    trainer, out = _scored_trainer(tmp_path, funcs, weights, scale_rewards)
+    return out["advantages"], trainer._metrics["train"]
+
+
+def _scored_trainer(tmp_path, funcs, weights, scale_rewards):
+    """The studio's trainer subclass after it generated (stubbed) and scored one batch, and that batch."""
     from datasets import Dataset
     from transformers import LlamaConfig, LlamaForCausalLM
     from trl import GRPOConfig
@@ -79,7 +85,7 @@ def _advantages(tmp_path, funcs, weights, scale_rewards):
     trainer._generate = fixed_generation
     trainer.model.train()
     out = trainer._generate_and_score_completions([{"prompt": "w1 w2"} for _ in range(N)])
-    return out["advantages"], trainer._metrics["train"]
+    return trainer, out
 
 
 @pytest.mark.parametrize("scale_rewards,monitor_first", [("group", False), ("batch", False), ("none", False),
@@ -99,3 +105,22 @@ def test_a_weight_0_reward_leaves_every_advantage_exactly_as_without_it(tmp_path
     logged = [m for m in monitor if m is not None]
     logged.remove(monitor[4])
     assert math.isclose(metrics["rewards/monitor/mean"][-1], sum(logged) / len(logged), rel_tol=1e-5)
+
+
+def test_under_batch_scaling_the_logged_zero_std_share_counts_flat_groups(tmp_path):
+    """TRL's frac_reward_zero_std under scale_rewards="batch" asks whether the whole batch is flat (0 here); the
+    studio's trainer logs the share of groups whose totals are all equal, which is what the chart says. The
+    group inspector's record carries the mode and the batch std every advantage was divided by."""
+    from pipeline import runs
+    from pipeline.advantages import group_stats
+
+    correct, fmt, _ = _reward_columns()
+    trainer, out = _scored_trainer(tmp_path, [_fixed("correct", correct), _fixed("format", fmt)], [2.0, 0.5], "batch")
+    trainer.studio_run_dir, trainer.studio_weights = tmp_path, {"correct": 2.0, "format": 0.5}
+    trainer.log({})
+    record = runs.read_groups(tmp_path)[-1]
+    totals = [c["total"] for group in record["groups"] for c in group["completions"]]
+    assert record["scale_rewards"] == "batch" and record["batch_std"] == pytest.approx(group_stats(totals)[1])
+    assert [c["advantage"] for g in record["groups"] for c in g["completions"]] == pytest.approx(
+        out["advantages"].tolist(), abs=1e-6)
+    assert trainer.state.log_history[-1]["frac_reward_zero_std"] == pytest.approx(1 / PROMPTS)  # group 2 only
