@@ -536,8 +536,9 @@ def build(ctx: TabContext) -> Tab:
                 for i in range(0, len(chart_items), 2):
                     with gr.Row():
                         for key, (title, _) in chart_items[i:i + 2]:
-                            plots[f"plot_{key}"] = gr.LinePlot(None, x="step", y="value", color="series",
-                                                               title=title, height=200, elem_id=f"plot-{key}")
+                            plots[f"plot_{key}"] = gr.LinePlot(
+                                None, x="step", y="value", color="series", title=title, height=200,
+                                elem_id=f"plot-{key}", y_lim=views.CHART_Y_LIMITS.get(key))
                 gr.Markdown(views.LOSS_NOTE, elem_id="loss-note")
                 gr.Markdown("#### Completions over time\nThe same held-out prompts, answered greedily at step 0 "
                             "(the base model), every few steps and at the end. Pick a step to see its answers.")

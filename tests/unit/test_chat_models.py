@@ -20,8 +20,23 @@ def test_cache_keeps_at_most_two_models_and_reuses_them(monkeypatch):
     assert loaded[-1] == "b" and cache.keys() == ["c", "b"]
 
 
+_MADE: list = []
+
+
+@pytest.fixture(autouse=True)
+def _remove_made_runs():
+    """The runs these tests make are taken away after each test: the data folder is the session's, and a
+    left-over run would show in every later test's run lists (a browser test's run picker chose one)."""
+    import shutil
+
+    yield
+    while _MADE:
+        shutil.rmtree(_MADE.pop(), ignore_errors=True)
+
+
 def _run(name, merged=False, checkpoint=None, state="running"):
     run_dir = runs.runs_dir() / name
+    _MADE.append(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps({"model": "bundled/SmolLM2-135M-Instruct"}))
     runs.write_status(run_dir, state)
