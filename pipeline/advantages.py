@@ -53,19 +53,18 @@ def group_advantages(rewards: Sequence[float | None], scale: bool = True) -> lis
     return out
 
 
-def batch_advantages(rewards: Sequence[float | None], group_size: int, scale: bool | str = True) -> list[float]:
+def batch_advantages(rewards: Sequence[float | None], group_size: int, scale: str = "group") -> list[float]:
     """Advantages for a flat batch laid out group by group (G consecutive completions per prompt).
 
-    `scale` is TRL's scale_rewards: "group" (or True) divides by each group's std, "batch" by the std of
-    the whole batch's totals, "none" (or False) only subtracts the group's mean.
+    `scale` is TRL's scale_rewards: "group" divides by each group's std, "batch" by the std of the whole
+    batch's totals, "none" only subtracts the group's mean.
 
     >>> [round(a, 2) for a in batch_advantages([1, 0, 5, 5], 2, scale="batch")]
     [0.19, -0.19, 0.0, 0.0]
     >>> [round(a, 2) for a in batch_advantages([1, 0, 5, 5], 2, scale="group")]
     [0.71, -0.71, 0.0, 0.0]
     """
-    mode = ("group" if scale else "none") if isinstance(scale, bool) else scale
-    if mode not in ("group", "batch", "none"):
+    if scale not in ("group", "batch", "none"):
         raise ValueError(f"scale must be 'group', 'batch' or 'none', not {scale!r}")
     if group_size < 1 or len(rewards) % group_size:
         raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
@@ -73,8 +72,8 @@ def batch_advantages(rewards: Sequence[float | None], group_size: int, scale: bo
     batch_std = group_stats(rewards)[1]
     for start in range(0, len(rewards), group_size):
         group = rewards[start:start + group_size]
-        centred = group_advantages(group, scale=mode == "group")
-        if mode == "batch":
+        centred = group_advantages(group, scale=scale == "group")
+        if scale == "batch":
             centred = [a / ((0.0 if math.isnan(batch_std) else batch_std) + STD_EPS) for a in centred]
         out.extend(centred)
     return out

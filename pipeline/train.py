@@ -142,12 +142,14 @@ def make_trainer_class():
                     and self.studio_clock.generations > self._studio_written_generation and self._logs["prompt"]):
                 self._studio_written_generation = self.studio_clock.generations
                 record = self._studio_groups()
-                runs.append_jsonl(self.studio_run_dir / "groups.jsonl", record)
-                if self.scale_rewards == "batch" and "frac_reward_zero_std" in self._metrics["train"]:
-                    # Under batch scaling TRL's figure asks whether the whole batch is flat; the chart means
-                    # groups, so the share of flat groups in the batch just captured replaces it.
+                if self.scale_rewards == "batch":
                     totals = [c["total"] for group in record["groups"] for c in group["completions"]]
-                    self._metrics["train"]["frac_reward_zero_std"] = [zero_std_share(totals, self.num_generations)]
+                    record["batch_std"] = _clean(group_stats(totals)[1])  # the divisor every advantage shares
+                    if "frac_reward_zero_std" in self._metrics["train"]:
+                        # TRL's figure then asks whether the whole batch is flat; the chart means groups.
+                        self._metrics["train"]["frac_reward_zero_std"] = [
+                            zero_std_share(totals, self.num_generations)]
+                runs.append_jsonl(self.studio_run_dir / "groups.jsonl", record)
             super().log(logs, start_time)
 
         def _studio_groups(self) -> dict:
@@ -170,11 +172,8 @@ def make_trainer_class():
                         "advantage": _clean(advantages[i]),
                     })
                 groups.append({"prompt": _prompt_text(prompts[start]), "completions": items})
-            record = {"step": self.state.global_step, "weights": self.studio_weights,
-                      "scale_rewards": self.scale_rewards, "groups": groups}
-            if self.scale_rewards == "batch":  # the divisor every advantage of this batch shares
-                record["batch_std"] = _clean(group_stats([c["total"] for grp in groups for c in grp["completions"]])[1])
-            return record
+            return {"step": self.state.global_step, "weights": self.studio_weights,
+                    "scale_rewards": self.scale_rewards, "groups": groups}
 
     return StudioGRPOTrainer
 
