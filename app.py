@@ -17,7 +17,8 @@ def tab_builders() -> list:
     return [train.build, reward_bench.build, chat.build, rag.build]
 
 
-def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None, tabs: list | None = None):
+def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None, tabs: list | None = None,
+              operators: frozenset[str] = frozenset()):
     import gradio as gr
 
     from pipeline.generate import ModelCache
@@ -28,6 +29,7 @@ def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None
         cache=ModelCache(capacity=2),  # shared by Chat, RAG and the reward bench: at most two models in memory
         store=MovieStore(lancedb_uri),  # the movie-plot table (default <data>/lancedb), shared by every session
         allow_custom_rewards=allow_custom_rewards,
+        operators=frozenset(operators),
     )
     with gr.Blocks(title="GRPO Studio") as demo:
         gr.Markdown("# GRPO Studio\nFine-tune a small model with GRPO and watch why it moves: every group, "
@@ -82,8 +84,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--auth", metavar="USER:PASS", help="Require this login.")
     parser.add_argument("--auth-file", metavar="PATH", help="Logins, one USER:PASS per line.")
     parser.add_argument("--allow-custom-rewards", action="store_true",
-                        help="Allow rewards written as Python in the UI (arbitrary code; it runs only in the trainer "
-                             "and scoring subprocesses, never in this server).")
+                        help="Allow rewards written as Python in the UI. Any logged-in user can then run code as "
+                             "the user this server runs as, in the trainer and scoring processes: it can read "
+                             "that user's files and reach the network, but it gets no tokens or cloud credentials "
+                             "from this server's environment.")
+    parser.add_argument("--operators", metavar="USER,USER",
+                        help="With --auth: logins that may stop, resume, delete, export, push and evaluate every "
+                             "user's runs (others act only on the runs they started).")
     parser.add_argument("--max-upload-mb", type=int, default=50, help="Largest accepted upload (default 50 MB).")
     parser.add_argument("--lancedb-uri", metavar="URI",
                         help="RAG database (default <data>/lancedb); e.g. s3://bucket/path on object storage.")
@@ -104,13 +111,14 @@ def exposure_warning(host: str, share: bool, has_auth: bool) -> str | None:
 def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
     """Build and launch the app with the settings the flags ask for. Returns (demo, local_url)."""
     from pipeline.models import start_bundled_conversion
+    from pipeline.owners import parse_operators
     from pipeline.runs import data_dir
 
     auth = read_auth(args.auth, args.auth_file)
     warning = exposure_warning(args.host, args.share, bool(auth))
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    demo = build_app(args.allow_custom_rewards, args.lancedb_uri)
+    demo = build_app(args.allow_custom_rewards, args.lancedb_uri, operators=parse_operators(args.operators))
     demo.queue(default_concurrency_limit=4, max_size=args.queue_size)
     # Export zips are the only files a handler returns: Gradio copies them from <data>/exports into its cache.
     # Everything else under the data directory (runs, uploads, models, LanceDB) is never served.
@@ -126,6 +134,9 @@ def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pipeline.paths import keep_private
+
+    keep_private()  # before any file is made: runs, uploads and models are for this user's eyes only
     serve(parse_args(argv))
     return 0
 

@@ -23,6 +23,7 @@ from typing import Callable
 from pipeline import runs
 from pipeline.config import RunConfig
 from pipeline.data import load_dataset_split
+from pipeline.paths import keep_private
 from pipeline.probes import reward_kwargs
 from pipeline.rewards import build_rewards, reward_maximum, score
 from pipeline.task_metrics import headline, task_metrics
@@ -147,8 +148,8 @@ class StatusReporter:
     def __init__(self, run_dir: Path, limit: int):
         self.run_dir = run_dir
         self.started = time.time()
-        runs.write_eval_status(run_dir, "running", pid=os.getpid(), pid_create_time=runs.process_create_time(
-            os.getpid()), started_at=self.started, ended_at=None, error=None, limit=limit, done=0, total=None,
+        runs.write_eval_status(run_dir, "running", pid=os.getpid(), **runs.process_start(os.getpid(), "pid_"),
+            started_at=self.started, ended_at=None, error=None, limit=limit, done=0, total=None,
             phase="starting", eta_s=None)
 
     def __call__(self, done: int, total: int, phase: str) -> None:
@@ -172,6 +173,7 @@ def _raise_stopped(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    keep_private()  # what it writes is for this user's eyes only (pipeline/paths.py)
     parser = argparse.ArgumentParser(prog="python -m pipeline.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", required=True)

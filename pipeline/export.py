@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from pipeline import jobstate
-from pipeline.paths import data_dir
+from pipeline import jobstate, owners
+from pipeline.paths import data_dir, keep_private
 
 PUSH_STATUS_FILE = jobstate.PUSH_STATUS_FILE
 TOKEN_ENV = "HF_TOKEN"
@@ -34,9 +34,14 @@ def exportable(run_dir: Path | None) -> Path:
     return Path(run_dir)
 
 
-def export_zips(run_dir: Path, on_part: Callable[[str], None] = lambda part: None) -> list[str]:
-    """Zip the merged model and the adapter under <data>/exports; returns the zip paths."""
+def export_zips(run_dir: Path, on_part: Callable[[str], None] = lambda part: None,
+                actor: owners.Actor | None = None) -> list[str]:
+    """Zip the merged model and the adapter under <data>/exports; returns the zip paths. Under a login, only
+    the run's owner (or an operator) may take its model out (owners.py)."""
     run_dir = exportable(run_dir)
+    refusal = owners.refusal(run_dir, actor, "export it")
+    if refusal:
+        raise ExportError(refusal)
     out = data_dir() / "exports"
     out.mkdir(parents=True, exist_ok=True)
     files = []
@@ -93,6 +98,7 @@ def push(run_dir: Path, repo_id: str, token: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """The push job: running -> done (+ url) / failed (+ error) / stopped, in push_status.json."""
+    keep_private()  # it holds the Hub token: no other process of this user may read its environment
     parser = argparse.ArgumentParser(description="Push a run's merged model to the Hugging Face Hub.")
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--repo", required=True)
@@ -107,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stopped)
     pid = os.getpid()
-    write("running", pid=pid, pid_create_time=jobstate.process_create_time(pid), repo=args.repo)
+    write("running", pid=pid, **jobstate.process_start(pid, "pid_"), repo=args.repo)
     try:
         url = push(args.run_dir, args.repo, os.environ.get(TOKEN_ENV, ""))
     except Exception as exc:  # noqa: BLE001 - auth errors, permission, network drop: the status says which

@@ -38,9 +38,48 @@ STATE_WRITERS: dict[tuple[str, str], tuple[str, ...]] = {
 
 
 # ---- process liveness --------------------------------------------------------------------------
+# A process is named by its pid and its start: the pid alone may have been given to another process since.
+# The start is read as the kernel keeps it, in clock ticks since boot (field 22 of /proc/PID/stat) with the
+# boot's id, and compared exactly: a wall-clock start time (psutil's create_time is boot time + ticks) moves
+# when the system clock is stepped, and a live trainer would then read as dead. Records written before this
+# carry only the wall-clock create_time; they, and systems without /proc, keep the old 1 s comparison.
+
+PROC = Path("/proc")
 
 
-def _process_alive(pid: int | None, create_time: float | None) -> bool:
+def _boot_id() -> str | None:
+    try:
+        return (PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot; None without /proc (or no such process)."""
+    try:
+        stat = (PROC / str(int(pid)) / "stat").read_text()
+        # The name (field 2) is in parentheses and may hold spaces or ')': count fields after its last ')'.
+        return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the part after ')' starts at field 3
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_start(pid: int, prefix: str = "") -> dict:
+    """The fields that name a process's start, for a state file or a launcher record (`prefix` "pid_" gives
+    pid_create_time, pid_start_ticks and pid_boot_id): the wall-clock create time, and where /proc exists
+    the boot-relative start that liveness compares."""
+    fields = {"create_time": process_create_time(pid), "start_ticks": _start_ticks(pid), "boot_id": _boot_id()}
+    return {prefix + key: value for key, value in fields.items()}
+
+
+def record_alive(record: dict, prefix: str = "") -> bool:
+    """Whether the process a record names (its "pid" and start fields, see process_start) is still alive."""
+    return _process_alive(record.get("pid"), record.get(prefix + "create_time"),
+                          record.get(prefix + "start_ticks"), record.get(prefix + "boot_id"))
+
+
+def _process_alive(pid: int | None, create_time: float | None, start_ticks: int | None = None,
+                   boot_id: str | None = None) -> bool:
     if not pid:
         return False
     try:
@@ -49,7 +88,10 @@ def _process_alive(pid: int | None, create_time: float | None) -> bool:
         proc = psutil.Process(int(pid))
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        # A recycled pid belongs to a different process: compare start times.
+        # A recycled pid belongs to a different process: compare starts, exactly where the kernel's are known.
+        ticks = _start_ticks(int(pid)) if start_ticks is not None else None
+        if ticks is not None:
+            return ticks == int(start_ticks) and (boot_id is None or boot_id == _boot_id())
         return create_time is None or abs(proc.create_time() - float(create_time)) < 1.0
     except Exception:  # noqa: BLE001 - no such process, or no permission: treat as gone
         return False
@@ -69,9 +111,9 @@ def _writer_alive(status: dict, launcher_info: dict | None) -> bool:
     launcher's (or is young enough that the launcher record may still come). Other states: True."""
     state = status.get("state")
     if state == "running":
-        return _process_alive(status.get("pid"), status.get("pid_create_time"))
+        return record_alive(status, "pid_")
     if state == "queued" and launcher_info:
-        return _process_alive(launcher_info.get("pid"), launcher_info.get("create_time"))
+        return record_alive(launcher_info)
     if state == "queued":
         return time.time() - float(status.get("queued_at") or 0) < QUEUED_GRACE_S
     return True
@@ -91,8 +133,7 @@ def write_state(run_dir: str | Path, name: str, writer: str, state: str, fresh: 
         raise ValueError(f"The {writer} does not write state {state!r} to {name}; see the table in docs/run-files.md.")
     path = Path(run_dir) / name
     current = _read_json(path) or {}
-    if state == "queued" and current.get("state") == "running" and _process_alive(
-            current.get("pid"), current.get("pid_create_time")):
+    if state == "queued" and current.get("state") == "running" and record_alive(current, "pid_"):
         raise RuntimeError(f"{name}: pid {current.get('pid')} is still running; a new launch must wait for it.")
     if fresh:
         current = {}
@@ -110,8 +151,7 @@ def write_state(run_dir: str | Path, name: str, writer: str, state: str, fresh: 
 
 def launcher_record_alive(run_dir: str | Path, launcher_file: str) -> bool:
     """Whether the process the app launched for a job (its pid and start time in `launcher_file`) still exists."""
-    info = _read_json(Path(run_dir) / launcher_file) or {}
-    return _process_alive(info.get("pid"), info.get("create_time"))
+    return record_alive(_read_json(Path(run_dir) / launcher_file) or {})
 
 
 def read_state(run_dir: str | Path, name: str, launcher_file: str, died: str) -> dict | None:

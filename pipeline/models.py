@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.hub import HubUnreachable, require_hub
-from pipeline.paths import BUNDLED_EMBEDDER_PACKAGE, BUNDLED_GGUF, BUNDLED_MODEL_ID, BUNDLED_PACKAGE, data_dir
+from pipeline.paths import (
+    BUNDLED_EMBEDDER_PACKAGE, BUNDLED_GGUF, BUNDLED_MODEL_ID, BUNDLED_PACKAGE, data_dir, keep_private)
 
 log = logging.getLogger(__name__)
 
@@ -438,5 +439,6 @@ if __name__ == "__main__":  # python -m pipeline.models --convert-bundled: what 
 
     if sys.argv[1:] != ["--convert-bundled"]:
         raise SystemExit("usage: python -m pipeline.models --convert-bundled")
+    keep_private()  # the converted model under the data folder: this user's only
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     print(ensure_bundled_model())

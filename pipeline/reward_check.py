@@ -1,5 +1,6 @@
 """Score completions with rewards in a child process. The web server uses this whenever custom reward
-code is involved (pre-flight check, reward test bench), so that code never runs in the server itself.
+code is involved (pre-flight check, reward test bench), so that code never runs in the server itself, and
+the child gets only the environment custom code may see (no tokens or credentials: rewards/custom.py).
 
     echo '{"rewards": [...], "completions": ["..."], "kwargs": {}}' | python -m pipeline.reward_check
 """
@@ -26,12 +27,14 @@ def score_isolated(specs, completions: list, allow_custom: bool = False, timeout
     """Like pipeline.rewards.score with policy 'fail', run in a fresh Python process."""
     from pathlib import Path
 
+    from pipeline.rewards.custom import custom_code_env
+
     payload = json.dumps({"rewards": [asdict(s) for s in specs], "completions": completions, "kwargs": kwargs,
                           "timeout_s": timeout_s})
     cmd = [sys.executable, "-m", ROOT_MODULE] + (["--allow-custom-rewards"] if allow_custom else [])
     try:
         done = subprocess.run(cmd, input=payload, capture_output=True, text=True, timeout=timeout_s + 30,
-                              cwd=Path(__file__).resolve().parent.parent)
+                              cwd=Path(__file__).resolve().parent.parent, env=custom_code_env())
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"Scoring did not finish within {timeout_s + 30:g} s.") from None
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

@@ -20,8 +20,6 @@ the evaluation is reading.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import shlex
 import shutil
@@ -34,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from pipeline import jobstate, runs
+from pipeline import jobstate, owners, runs
 from pipeline.processes import end_tree
 from pipeline.config import RunConfig
 
@@ -120,17 +118,8 @@ def launch_env(nproc: int, environ: dict | None = None) -> dict:
     return env
 
 
-@contextlib.contextmanager
-def start_lock():
-    """One Start (or Resume) at a time on this machine, across threads, sessions and processes (two
-    browser tabs, the app and a script): the busy check and the launch that makes a run busy happen
-    under an exclusive lock on runs/.start.lock, so two Starts at the same moment can't both pass."""
-    with open(runs.runs_dir() / ".start.lock", "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+# One Start, Resume or Delete at a time on this machine (runs/.start.lock; see runs.start_lock).
+start_lock = runs.start_lock
 
 
 # ---- one Job for every long task ------------------------------------------------------------------
@@ -170,6 +159,12 @@ class Job:
     before_launch: Callable[..., None] | None = None  # (run_dir, cmd, nproc): files the launch leaves first
     end_lingering: bool = False  # Stop on an ended job whose processes linger ends them (torchrun's ranks)
     env: Callable[..., dict] = lambda run_dir, **options: {}  # extra environment (a secret never goes in argv)
+    # What an owner alone may do, in the words of a refusal ("only alice or an operator may <start>"):
+    # launching this job on a run, and stopping it (owners.py).
+    actions: tuple[str, str] = ("start this job on it", "stop its job")
+    # Whether the job will run the user's own code (custom rewards): it then starts with the environment custom
+    # code may see (rewards/custom.py: no tokens or credentials), not the app's.
+    runs_user_code: Callable[[Path], bool] = lambda run_dir: False
 
 
 JOBS: dict[str, Job] = {}
@@ -216,11 +211,13 @@ def active(kind: str) -> list[Path]:
     return [run_dir for run_dir in runs.iter_run_dirs() if is_active(kind, run_dir)]
 
 
-def start(kind: str, run_dir: Path | None = None, **options: Any) -> Path:
-    """Launch a job of `kind` for `run_dir` (or, for a kind that makes one, a new run folder) and return at
-    once with the run folder. Raises RunnerError, saying why, when it can't start."""
+def start(kind: str, run_dir: Path | None = None, actor: owners.Actor | None = None, **options: Any) -> Path:
+    """Launch a job of `kind` for `run_dir` (or, for a kind that makes one, a new run folder owned by `actor`)
+    and return at once with the run folder. Raises RunnerError, saying why, when it can't start: among the
+    reasons, a run that is another user's (`actor`: who asks; None is a script or the CLI, never refused)."""
     spec = job(kind)
     run_dir = Path(run_dir) if run_dir is not None else None
+    _refuse_if_not_owner(run_dir, actor, spec.actions[0])
     spec.validate(run_dir, **options)
     # The checks and the launch that makes a job busy happen under one lock, so two Starts can't both pass.
     with start_lock():
@@ -231,7 +228,7 @@ def start(kind: str, run_dir: Path | None = None, **options: Any) -> Path:
         if created:
             if spec.create is None:
                 raise RunnerError(f"A {kind} job needs a run folder.")
-            run_dir = spec.create(**options)
+            run_dir = spec.create(owner=actor.user if actor else None, **options)
         try:
             nproc = spec.processes(run_dir, **options)
             cmd = spec.command(run_dir, **{**options, "nproc": nproc})
@@ -250,13 +247,19 @@ def _launch(run_dir: Path, cmd: list[str], nproc: int = 1, kind: str = "train",
     spec = job(kind)
     if spec.before_launch is not None:
         spec.before_launch(run_dir, cmd, nproc)
+    # The last launch's record goes first: beside the new "queued" it would name a process that has ended,
+    # and readers would take the relaunch for a crash. A reader sees the old state with or without it (the
+    # old state is not active: start() refused otherwise), or "queued" with no record yet (a launch in
+    # progress), or "queued" with the new record.
+    (run_dir / spec.launcher_file).unlink(missing_ok=True)
     # "queued" is written before the process exists, so it can never overwrite the worker's "running".
     jobstate.write_state(run_dir, spec.status_file, "launcher", "queued", fresh=spec.fresh_status,
                          queued_at=time.time(), pid=None, error=None, ended_at=None, command=cmd)
     try:
         with open(run_dir / spec.log_file, "wb" if spec.fresh_log else "ab") as log:
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env={**launch_env(nproc), **(env or {})})
+                                    start_new_session=True, env={**launch_env(nproc, _base_env(spec, run_dir)),
+                                                                 **(env or {})})
     except OSError as exc:
         # Nothing was started: a "queued" left here would read as a launch in progress and refuse every
         # Start until QUEUED_GRACE_S has passed. The launcher says why where it owns "failed", else forgets it.
@@ -267,17 +270,26 @@ def _launch(run_dir: Path, cmd: list[str], nproc: int = 1, kind: str = "train",
             (run_dir / spec.status_file).unlink(missing_ok=True)
         raise RunnerError(message) from exc
     runs.write_json_atomic(run_dir / spec.launcher_file,
-                           {"pid": proc.pid, "create_time": runs.process_create_time(proc.pid)})
+                           {"pid": proc.pid, **runs.process_start(proc.pid)})
     # Reap the child when it exits so it never lingers as a zombie; the status file says how it ended.
     threading.Thread(target=proc.wait, daemon=True).start()
     return proc
 
 
-def stop(kind: str, run_dir: Path, grace_s: float = 0.0) -> bool:
+def _base_env(spec: Job, run_dir: Path) -> dict:
+    """The environment a job starts from: the app's, or for a job that runs the user's own code, only what
+    custom code may see."""
+    from pipeline.rewards.custom import custom_code_env
+
+    return custom_code_env() if spec.runs_user_code(run_dir) else dict(os.environ)
+
+
+def stop(kind: str, run_dir: Path, grace_s: float = 0.0, actor: owners.Actor | None = None) -> bool:
     """Ask a job to stop: SIGTERM to its launcher's process group (for a training, torchrun passes it to every
     rank); the job marks itself stopped. With `grace_s`, wait that long for it to say so and exit. Returns
-    False when there was nothing to stop."""
+    False when there was nothing to stop; RunnerError when the run is another user's (see start)."""
     spec, run_dir = job(kind), Path(run_dir)
+    _refuse_if_not_owner(run_dir, actor, spec.actions[1])
     state = status(kind, run_dir) or {}
     info = runs.read_json(run_dir / spec.launcher_file) or {}
     if state.get("state") not in runs.ACTIVE_STATES:
@@ -289,6 +301,12 @@ def stop(kind: str, run_dir: Path, grace_s: float = 0.0) -> bool:
         return False
     pid = info.get("pid") if launcher_alive(kind, run_dir) else state.get("pid")
     return _terminate(pid, grace_s, lambda: is_active(kind, run_dir) or launcher_alive(kind, run_dir))
+
+
+def _refuse_if_not_owner(run_dir: Path | None, actor: owners.Actor | None, action: str) -> None:
+    refusal = owners.refusal(run_dir, actor, action) if run_dir is not None else None
+    if refusal:
+        raise RunnerError(refusal)
 
 
 def _terminate(pid, grace_s: float, still_going) -> bool:
@@ -339,15 +357,28 @@ def _refuse_training(run_dir, resume: bool = False, **_) -> None:
                               "the push uploads. Wait for the push to finish, or stop it.")
 
 
-def _new_training(cfg: RunConfig, label: str = "run", **_) -> Path:
-    """A new run folder holding the run's config.json, written once, here (docs/run-files.md)."""
+def _new_training(cfg: RunConfig, label: str = "run", owner: str | None = None, **_) -> Path:
+    """A new run folder holding the run's owner.json and config.json, each written once, here
+    (docs/run-files.md). The owner goes first: a folder is listed once it has a config.json, and it is never
+    seen without its owner (which would read as nobody's)."""
     run_dir = runs.new_run_dir(label)
     try:
+        owners.record_owner(run_dir, owner)
         runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
     return run_dir
+
+
+def has_custom_rewards(run_dir: Path) -> bool:
+    """Whether the run's config has a reward written as Python (True, to be safe, when it can't be read)."""
+    from pipeline.reward_check import needs_isolation
+
+    try:
+        return needs_isolation(RunConfig.load(Path(run_dir) / "config.json").rewards)
+    except Exception:  # noqa: BLE001 - damaged or missing: the trainer says why; it starts without secrets
+        return True
 
 
 def _record_command(run_dir: Path, cmd: list[str], nproc: int) -> None:
@@ -360,32 +391,36 @@ TRAINING = register(Job(
     log_file="stdout.log", fresh_log=False, fresh_status=False, end_lingering=True,
     worker="trainer", worker_states=("running", "finished", "stopped", "failed"),
     launcher_states=("queued", "failed"),  # "failed": the trainer could not be started
-    busy="is still training. Stop it or wait for it to finish",
+    busy="is still training. Stop it or wait for it to finish", actions=("resume it", "stop it"),
     command=lambda run_dir, nproc=1, resume=False, allow_custom_rewards=False, **_: train_command(
         run_dir, nproc=nproc, resume=resume, allow_custom_rewards=allow_custom_rewards),
     read_status=lambda run_dir: runs.read_status(run_dir),
-    validate=_validate_training, refuse=_refuse_training, create=_new_training,
+    validate=_validate_training, refuse=_refuse_training, create=_new_training, runs_user_code=has_custom_rewards,
     processes=lambda run_dir, nproc=None, resume=False, **_: nproc or (launched_nproc(run_dir) if resume else 1),
     before_launch=_record_command,
 ))
 
 
-def start_run(cfg: RunConfig, label: str = "run", nproc: int = 1, allow_custom_rewards: bool = False) -> Path:
-    """Validate, create the run directory, and launch the trainer. Returns at once."""
-    return start("train", cfg=cfg, label=label, nproc=nproc, allow_custom_rewards=allow_custom_rewards)
+def start_run(cfg: RunConfig, label: str = "run", nproc: int = 1, allow_custom_rewards: bool = False,
+              actor: owners.Actor | None = None) -> Path:
+    """Validate, create the run directory (owned by `actor`'s login, when there is one), and launch the
+    trainer. Returns at once."""
+    return start("train", cfg=cfg, label=label, nproc=nproc, allow_custom_rewards=allow_custom_rewards, actor=actor)
 
 
-def resume_run(run_dir: Path, nproc: int | None = None, allow_custom_rewards: bool = False) -> Path:
+def resume_run(run_dir: Path, nproc: int | None = None, allow_custom_rewards: bool = False,
+               actor: owners.Actor | None = None) -> Path:
     """Continue from the last complete checkpoint, with as many processes as the run had unless told."""
-    return start("train", Path(run_dir), resume=True, nproc=nproc, allow_custom_rewards=allow_custom_rewards)
+    return start("train", Path(run_dir), resume=True, nproc=nproc, allow_custom_rewards=allow_custom_rewards,
+                 actor=actor)
 
 
-def stop_run(run_dir: Path, grace_s: float = 0.0) -> bool:
+def stop_run(run_dir: Path, grace_s: float = 0.0, actor: owners.Actor | None = None) -> bool:
     """Ask the run to stop: SIGTERM to the launcher's process group (the trainer itself, or torchrun,
     which passes it to every rank). The ranks stop on the same step, save, and rank 0 marks the run
     stopped. A run that has ended while its processes linger has them ended. Returns False when there
     was nothing to stop."""
-    return stop("train", run_dir, grace_s)
+    return stop("train", run_dir, grace_s, actor)
 
 
 # ---- evaluations ----------------------------------------------------------------------------------
@@ -418,15 +453,16 @@ EVALUATION = register(Job(
     kind="eval", what="the evaluation", status_file=runs.EVAL_STATUS_FILE, launcher_file=runs.EVAL_LAUNCHER_FILE,
     log_file="eval.log", worker="evaluator", worker_states=("running", "done", "failed", "stopped"),
     busy="is already being evaluated: its progress shows below. Stop it to start again.",
+    actions=("evaluate it", "stop its evaluation"),
     command=lambda run_dir, limit=EVAL_LIMIT, **_: eval_command(run_dir, limit),
     read_status=lambda run_dir: runs.read_eval_status(run_dir), refuse=_refuse_eval,
 ))
 
 
-def start_eval(run_dir: Path, limit: int = EVAL_LIMIT) -> Path:
+def start_eval(run_dir: Path, limit: int = EVAL_LIMIT, actor: owners.Actor | None = None) -> Path:
     """Launch `python -m pipeline.evaluate` for a run as its own process and return at once. It writes
     eval_status.json (progress), eval.json (the result) and eval.log into the run directory."""
-    return start("eval", Path(run_dir), limit=limit)
+    return start("eval", Path(run_dir), actor=actor, limit=limit)
 
 
 def stop_eval(run_dir: Path, grace_s: float = 0.0) -> bool:
@@ -457,13 +493,14 @@ def _push_command(run_dir: Path, repo_id: str = "", **_) -> list[str]:
 PUSH = register(Job(
     kind="push", what="the push", status_file=runs.PUSH_STATUS_FILE, launcher_file=runs.PUSH_LAUNCHER_FILE,
     log_file="push.log", worker="pusher", worker_states=("running", "done", "failed", "stopped"),
-    busy="is already being pushed: wait for it, or stop it.", refuse=_refuse_push, command=_push_command,
+    busy="is already being pushed: wait for it, or stop it.", actions=("push it to the Hub", "stop its push"),
+    refuse=_refuse_push, command=_push_command,
     read_status=runs.read_push_status,
     env=lambda run_dir, token="", **_: {"HF_TOKEN": token.strip()},
 ))
 
 
-def start_push(run_dir: Path, repo_id: str, token: str) -> Path:
+def start_push(run_dir: Path, repo_id: str, token: str, actor: owners.Actor | None = None) -> Path:
     """Push the run's merged model to the Hub as a job of its own (python -m pipeline.export); returns at once.
     It writes push_status.json (running, then done with the url, failed with the reason, or stopped)."""
-    return start("push", Path(run_dir), repo_id=repo_id, token=token)
+    return start("push", Path(run_dir), actor=actor, repo_id=repo_id, token=token)

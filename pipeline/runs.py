@@ -9,7 +9,9 @@ re-exported here, so `runs.write_status`, `runs.read_jsonl` and the rest keep wo
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import functools
 import os
 import re
@@ -23,11 +25,12 @@ from pipeline.jobstate import (  # noqa: F401 - re-exported: callers know these 
     ACTIVE_STATES, DAMAGED, EVAL_LAUNCHER_FILE, EVAL_STATES, EVAL_STATUS_FILE, LAUNCHER_FILE, PUSH_LAUNCHER_FILE,
     PUSH_STATUS_FILE, QUEUED_GRACE_S,
     STATE_WRITERS, STATES, STATUS_FILE, _process_alive, _writer_alive, eval_active, eval_launcher_alive, launcher,
-    launcher_alive, process_create_time, push_active, read_eval_status, read_push_status, read_status, write_eval_status,
-    write_state, write_status)
+    launcher_alive, process_create_time, process_start, push_active, read_eval_status, read_push_status, read_status,
+    write_eval_status, write_state, write_status)
 from pipeline.jsonio import (  # noqa: F401 - re-exported
     _BAD_LINES, _json_default, _read_json, append_jsonl, file_problem, read_json, read_jsonl, unreadable_lines,
     write_json_atomic)
+from pipeline import owners
 from pipeline.paths import data_dir  # also imported from here by the app and the tabs
 
 CHECKPOINT_MARKER = ".complete"
@@ -41,6 +44,20 @@ def runs_dir() -> Path:
     path = data_dir() / "runs"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def start_lock():
+    """One Start, Resume or Delete at a time on this machine, across threads, sessions and processes (two
+    browser tabs, the app and a script): the busy check and the launch that makes a run busy (or the check
+    and the removal of a run) happen under an exclusive lock on runs/.start.lock, so two of them at the
+    same moment can't both pass."""
+    with open(runs_dir() / ".start.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _slug(text: str) -> str:
@@ -357,16 +374,21 @@ def list_runs() -> list[dict]:
     return rows
 
 
-def delete_run(run_dir: str | Path) -> None:
-    """Remove a run directory, refusing anything outside runs/, or a run that a job (training, evaluation,
-    push) is still reading or writing."""
+def delete_run(run_dir: str | Path, actor: owners.Actor | None = None) -> None:
+    """Remove a run directory, refusing anything outside runs/, a run that a job (training, evaluation,
+    push) is still reading or writing, or (under a login) another user's run. The checks and the removal
+    happen under the start lock, so a Resume or an Evaluate can't launch into the folder in between."""
     run_dir = Path(run_dir).resolve()
     if run_dir.parent != runs_dir():
         raise ValueError("Only run directories under the data directory's runs/ can be deleted.")
-    if read_status(run_dir).get("state") in ACTIVE_STATES:
-        raise ValueError("This run is still training: stop it first.")
-    if eval_active(run_dir):
-        raise ValueError("This run is being evaluated: wait for the evaluation or stop it first.")
-    if push_active(run_dir):
-        raise ValueError("This run is being pushed to the Hub: wait for the push or stop it first.")
-    shutil.rmtree(run_dir)
+    refusal = owners.refusal(run_dir, actor, "delete it")
+    if refusal:
+        raise ValueError(refusal)
+    with start_lock():
+        if read_status(run_dir).get("state") in ACTIVE_STATES:
+            raise ValueError("This run is still training: stop it first.")
+        if eval_active(run_dir):
+            raise ValueError("This run is being evaluated: wait for the evaluation or stop it first.")
+        if push_active(run_dir):
+            raise ValueError("This run is being pushed to the Hub: wait for the push or stop it first.")
+        shutil.rmtree(run_dir)

@@ -32,6 +32,9 @@ from pipeline.rewards import (
 )
 from pipeline import engine, runs
 from pipeline.advantages import group_stats, zero_std_share
+from pipeline.paths import keep_private
+from pipeline.reward_check import needs_isolation
+from pipeline.rewards.custom import NO_TOKEN_HINT
 from pipeline.processes import end_children
 from pipeline.probes import make_probe_callbacks
 
@@ -457,7 +460,7 @@ def record_start(run_dir: Path, cfg: RunConfig, resume: bool, overrides: dict) -
     override such as --steps -1 never sticks to later resumes)."""
     start = runs.last_complete_checkpoint(run_dir) if resume else None
     runs.record_launch(run_dir, resume, runs.checkpoint_step(start) if start else 0, overrides, sys.argv)
-    runs.write_status(run_dir, "running", pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()),
+    runs.write_status(run_dir, "running", pid=os.getpid(), **runs.process_start(os.getpid(), "pid_"),
                       started_at=time.time(), ended_at=None, error=None, step=0, max_steps=cfg.max_steps,
                       command=sys.argv)
 
@@ -589,9 +592,14 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
     device, precision = set_up_runtime(cfg, run_dir, main)
 
     # 3. Data: the tokenizer, the training prompts (within the prompt budget) and the held-out ones.
-    from pipeline.models import load_tokenizer, resolve_model
+    from pipeline.models import ModelError, load_tokenizer, resolve_model
 
-    model_path = resolve_model(cfg.model)
+    try:
+        model_path = resolve_model(cfg.model)
+    except ModelError as exc:  # a run with custom rewards was started without the Hub token: say so
+        if not allow_custom_rewards or not needs_isolation(cfg.rewards):
+            raise
+        raise ModelError(f"{exc} {NO_TOKEN_HINT}") from None
     tokenizer = load_tokenizer(model_path)
     train_rows, eval_rows = load_prompts(cfg, tokenizer, run_dir, main)
 
@@ -618,6 +626,7 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
+    keep_private()  # run files and models for this user's eyes only; its environment unreadable (pipeline/paths.py)
     parser = argparse.ArgumentParser(prog="python -m pipeline.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", required=True, help="Run directory (config.json is read from here).")

@@ -18,10 +18,11 @@ from pipeline.generate import (
 )
 from pipeline.rewards import build_rewards, score
 from ui import views
-from ui.tab import PageLoad, Tab, TabContext
+from ui.tab import PageLoad, Tab, TabContext, acting
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EXAMPLES = json.loads((ASSETS / "prompts" / "chat_examples.json").read_text(encoding="utf-8"))
+SCORE_TIMEOUT_S = 30.0  # one reward scoring one reply: past this it counts as missing, and the reply's score says so
 
 
 def default_choice(choices: list[tuple[str, str]] | None = None) -> str:
@@ -128,13 +129,14 @@ def make_handlers(cache: ModelCache):
             if not replies:
                 continue
             specs, source = rewards_for(choice)
-            funcs, weights = build_rewards(specs, policy="skip")
+            funcs, weights = build_rewards(specs, policy="skip", timeout_s=SCORE_TIMEOUT_S)
             result = score(funcs, weights, [replies[-1]])
             scores = ", ".join(f"{name} = {vals[0]:.3g}" if vals[0] is not None else f"{name} = -"
                                for name, vals in result["per_reward"].items())
             total = result["total"][0]
             rows.append(f"**{label}** ({source}): {scores}; weighted total **{total:.3g}**"
                         if total is not None else f"**{label}**: could not be scored")
+            rows += [f"⚠️ {warning}" for f in funcs for warning in f.warnings]  # a reward that failed or timed out
         return "\n\n".join(rows) or "Nothing to score yet: send a message first."
 
     return respond, score_replies
@@ -143,11 +145,13 @@ def make_handlers(cache: ModelCache):
 # ---- export ------------------------------------------------------------------------------------
 
 
-def export_run(choice: str, progress=gr.Progress()):
+def export_run(choice: str, operators=(), request: gr.Request = None, progress=gr.Progress()):
     """Zip the merged model and the adapter under <data>/exports and show how to load them."""
     try:
         run_dir = export.exportable(run_for_choice(choice))
-        files = export.export_zips(run_dir, lambda part: progress(0.2 if part == "merged" else 0.8, desc=f"Zipping {part}/"))
+        files = export.export_zips(
+            run_dir, lambda part: progress(0.2 if part == "merged" else 0.8, desc=f"Zipping {part}/"),
+            actor=acting(request, operators))
     except ChatModelError as exc:
         return None, f"⚠️ {exc}", ""
     except export.ExportError as exc:
@@ -155,10 +159,12 @@ def export_run(choice: str, progress=gr.Progress()):
     return files, f"Exported **{run_dir.name}**: merged model and adapter.", export.load_snippet(run_dir.name)
 
 
-def push_to_hub(choice: str, repo_id: str, token: str):
+def push_to_hub(choice: str, repo_id: str, token: str, operators=(), request: gr.Request = None):
     """Start the push of model A's merged model as a runner job (kind "push") and return at once; push_view
-    follows it. The Hub is checked first, in seconds, so an offline push says so at once."""
+    follows it. Whose run it is, then the Hub, are checked first, in seconds, so a refused or offline push
+    says so at once."""
     from pipeline.hub import HubUnreachable, require_hub
+    from pipeline.owners import refusal
 
     try:
         run_dir = run_for_choice(choice)
@@ -167,9 +173,12 @@ def push_to_hub(choice: str, repo_id: str, token: str):
     problem = export.push_problem(run_dir, repo_id, token)
     if problem:
         return problem
+    actor = acting(request, operators)
+    if (not_yours := refusal(run_dir, actor, "push it to the Hub")) is not None:
+        return f"⚠️ {not_yours}"
     try:
         require_hub(f"repository '{repo_id}'", "Export the zip instead and upload it from a connected machine.")
-        runner.start_push(run_dir, repo_id, token)
+        runner.start_push(run_dir, repo_id, token, actor=actor)
     except (HubUnreachable, RuntimeError, OSError) as exc:  # RunnerError says why
         return f"⚠️ {exc}"
     return f"⏫ Pushing **{run_dir.name}** to `{repo_id.strip()}`..."
@@ -207,6 +216,7 @@ def build(ctx: TabContext) -> Tab:
     """Add the Chat tab (the tabs' contract, ui/tab.py). A page load re-reads the model lists."""
     respond, score_replies = make_handlers(ctx.cache)
     with gr.Tab("Chat", id="chat"):
+        ops = gr.State(sorted(ctx.operators))  # logins that may export and push every run (the others: their own)
         gr.Markdown("Talk to a tuned model, a checkpoint, or a base model. Tick *side by side* to send each "
                     "message to two models at once and see what GRPO changed.")
         with gr.Row():
@@ -267,8 +277,8 @@ def build(ctx: TabContext) -> Tab:
                         [choice_b, chat_b])
     refresh.click(load_choices, [choice_a, choice_b, offered_a], [choice_a, choice_b, offered_a])
     score_btn.click(score_replies, [chat_a, chat_b, choice_a, choice_b, side_by_side], scores)
-    export_btn.click(export_run, choice_a, [export_files, export_msg, snippet], api_name="export_run")
-    push.click(push_to_hub, [choice_a, repo, token], push_msg).then(push_view, [choice_a, push_msg], push_msg,
+    export_btn.click(export_run, [choice_a, ops], [export_files, export_msg, snippet], api_name="export_run")
+    push.click(push_to_hub, [choice_a, repo, token, ops], push_msg).then(push_view, [choice_a, push_msg], push_msg,
                                                                      show_progress="hidden")
     models = [choice_a, choice_b, offered_a]
     return Tab(loads=(PageLoad(load_choices, models, models),))

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from pipeline.owners import Actor
+
 if TYPE_CHECKING:  # type names only: the app builds its page before these load anything heavy
     from pipeline.generate import ModelCache
     from retrieval.store import MovieStore
@@ -18,6 +20,13 @@ class TabContext:
     cache: "ModelCache"              # loaded models, shared by Chat, RAG and the reward bench (at most two)
     store: "MovieStore"              # the movie-plot table, shared by every session
     allow_custom_rewards: bool = False  # --allow-custom-rewards: rewards written as Python are offered
+    operators: frozenset[str] = frozenset()  # --operators: logins that may act on every user's runs
+
+
+def acting(request: Any, operators=()) -> Actor:
+    """Who sent a request (a Gradio request: its login name under --auth, None without one), as the run
+    owner rules in pipeline/owners.py see them."""
+    return Actor.of(getattr(request, "username", None), operators)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pipeline.data import DatasetError, load_rows, read_table
 from pipeline.models import catalog_choices, check_processes, gpu_count
 from pipeline.rewards import reward_registry
 from ui import uploads, views
-from ui.tab import PageLoad, Tab, TabContext
+from ui.tab import PageLoad, Tab, TabContext, acting
 from ui.form import (
     HYPER_FIELDS, REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, form_to_config, number_bounds,
     reward_rows,
@@ -163,13 +163,15 @@ def show_command(allow_custom: bool, nproc, **form):
             f"# ...or on 2 processes / GPUs:\n{multi}\n\n# config.json\n{cfg.to_json()}")
 
 
-def start_training(allow_custom: bool, nproc, **form):
+def start_training(allow_custom: bool, nproc, request: gr.Request = None, **form):
     try:
         cfg = form_to_config(form)
         processes = check_processes(nproc, gpu_count())
         label = Path(cfg.model).name.replace("SmolLM2-135M-Instruct", "smollm2") + "-" + cfg.dataset.source
-        # More than one process: the same entry point under torchrun, one rank per GPU.
-        run_dir = runner.start_run(cfg, label=label, nproc=processes, allow_custom_rewards=allow_custom)
+        # More than one process: the same entry point under torchrun, one rank per GPU. The run is the
+        # logged-in user's (no one's without a login).
+        run_dir = runner.start_run(cfg, label=label, nproc=processes, allow_custom_rewards=allow_custom,
+                                   actor=acting(request))
     except (ConfigError, runner.RunnerError, OSError, ValueError) as exc:
         return gr.Dropdown(), f"❌ {exc}"
     free_gpu_for_training()
@@ -189,11 +191,15 @@ def free_gpu_for_training() -> None:
     release_embedders()
 
 
-def stop_training(run_name: str | None):
+def stop_training(run_name: str | None, operators=(), request: gr.Request = None):
     path = run_path(run_name)
     if path is None:
         return "Pick a run to stop."
-    if runner.stop_run(path):
+    try:
+        stopped = runner.stop_run(path, actor=acting(request, operators))
+    except runner.RunnerError as exc:  # another user's run
+        return f"❌ {exc}"
+    if stopped:
         return f"⏹ Stop requested for **{run_name}**: it finishes the current step, then saves a checkpoint and the adapter."
     return f"**{run_name}** is not running."
 
@@ -364,26 +370,26 @@ def compare_runs(selected: list[str]):
     return plot(views.compare_frame(metrics), views.step_axis(None, [r["step"] for rows in metrics.values() for r in rows]))
 
 
-def resume_training(name: str | None, allow_custom: bool):
+def resume_training(name: str | None, allow_custom: bool, operators=(), request: gr.Request = None):
     path = run_path(name)
     if path is None:
         return gr.Dropdown(), "Pick a run to resume."
     try:
-        runner.resume_run(path, allow_custom_rewards=allow_custom)
+        runner.resume_run(path, allow_custom_rewards=allow_custom, actor=acting(request, operators))
     except runner.RunnerError as exc:
         return gr.Dropdown(), f"❌ {exc}"
     free_gpu_for_training()
     return gr.Dropdown(value=name), f"▶ Resuming **{name}** from its last complete checkpoint."
 
 
-def evaluate_run(name: str | None):
+def evaluate_run(name: str | None, operators=(), request: gr.Request = None):
     """Start the run's evaluation (base vs tuned) as a runner job and return at once; the Runs panel's
     evaluation view follows it through the live view."""
     path = run_path(name)
     if path is None:
         return "Pick a finished run to evaluate."
     try:
-        runner.start_eval(path)
+        runner.start_eval(path, actor=acting(request, operators))
     except (RuntimeError, OSError) as exc:  # RunnerError says why; a full disk or a racing launch too
         return f"❌ {exc}"
     free_gpu_for_training()  # the evaluator loads the base and tuned models on the same GPU
@@ -391,22 +397,25 @@ def evaluate_run(name: str | None):
             "progress shows below.")
 
 
-def _stop_job(kind: str, what: str, name: str | None) -> str:
+def _stop_job(kind: str, what: str, name: str | None, operators=(), request: gr.Request = None) -> str:
     """Stop the Runs panel run's job of `kind` or, when that run has none running, the one running elsewhere."""
     path = run_path(name)
     running = [path] if path is not None and runner.is_active(kind, path) else runner.active(kind)
     if not running:
         return f"No {what} is running."
-    runner.stop(kind, running[0])
+    try:
+        runner.stop(kind, running[0], actor=acting(request, operators))
+    except runner.RunnerError as exc:  # another user's run
+        return f"❌ {exc}"
     return f"⏹ Stop requested for the {what} of **{running[0].name}**."
 
 
-def stop_evaluation(name: str | None):
-    return _stop_job("eval", "evaluation", name)
+def stop_evaluation(name: str | None, operators=(), request: gr.Request = None):
+    return _stop_job("eval", "evaluation", name, operators, request)
 
 
-def stop_push(name: str | None):
-    return _stop_job("push", "push", name)
+def stop_push(name: str | None, operators=(), request: gr.Request = None):
+    return _stop_job("push", "push", name, operators, request)
 
 
 def eval_view(name: str | None, last_sig=None):
@@ -438,14 +447,14 @@ def eval_view(name: str | None, last_sig=None):
     return (text + "\n\n" + push_line if push_line else text), sig
 
 
-def delete_run(name: str | None, confirmed: bool):
+def delete_run(name: str | None, confirmed: bool, operators=(), request: gr.Request = None):
     path = run_path(name)
     if path is None:
         return "Pick a run to delete.", False
     if not confirmed:
         return "Tick **Yes, delete it** first: this removes the run's folder, checkpoints and models.", False
     try:
-        runs.delete_run(path)
+        runs.delete_run(path, actor=acting(request, operators))
     except ValueError as exc:
         return f"❌ {exc}", False
     return f"🗑 Deleted **{name}**.", False
@@ -468,6 +477,7 @@ def build(ctx: TabContext) -> Tab:
     defaults = config_to_form(RunConfig())
     with gr.Tab(TAB_LABEL, id="train"):
         allow = gr.State(allow_custom)
+        ops = gr.State(sorted(ctx.operators))  # logins that may act on every run (the others: on their own)
         with gr.Row(equal_height=False):
             with gr.Column(scale=2, min_width=380):
                 gr.Markdown("### 1. Model and data")
@@ -600,7 +610,7 @@ def build(ctx: TabContext) -> Tab:
         start_btn.click(start_training, [allow, nproc], [run_select, message], inputs_kwargs=form,
                         concurrency_limit=1, concurrency_id="start").then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
-        stop_btn.click(stop_training, run_select, message)
+        stop_btn.click(stop_training, [run_select, ops], message)
         gr.api(watch_signature, api_name="watch_signature", queue=False)
         # A step picked in the group inspector redraws the groups (the API's /refresh is this handler).
         group_step.release(keyed(refresh, watch), [run_select, group_step, last_sig], list(watch.values()),
@@ -625,15 +635,15 @@ def build(ctx: TabContext) -> Tab:
         run_select.change(lambda: (None, None, "latest"), None, [last_sig, probe_sig, probe_pick])
         refresh_btn.click(refresh_runs, run_select, [run_select, table, compare, action_run])
         compare.change(compare_runs, compare, compare_plot)
-        resume_btn.click(resume_training, [action_run, allow], [run_select, action_msg]).then(
+        resume_btn.click(resume_training, [action_run, allow, ops], [run_select, action_msg]).then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
         # The evaluation is a runner job: the click returns at once; its files' changes show its progress and result.
         eval_sig = gr.State(None)
-        eval_btn.click(evaluate_run, action_run, action_msg, api_name="evaluate_run").then(
+        eval_btn.click(evaluate_run, [action_run, ops], action_msg, api_name="evaluate_run").then(
             eval_view, [action_run], [eval_box, eval_sig], show_progress="hidden")
-        eval_stop_btn.click(stop_evaluation, action_run, action_msg, api_name="stop_evaluation")
-        push_stop_btn.click(stop_push, action_run, action_msg, api_name="stop_push")
-        delete_btn.click(delete_run, [action_run, confirm], [action_msg, confirm]).then(
+        eval_stop_btn.click(stop_evaluation, [action_run, ops], action_msg, api_name="stop_evaluation")
+        push_stop_btn.click(stop_push, [action_run, ops], action_msg, api_name="stop_push")
+        delete_btn.click(delete_run, [action_run, confirm, ops], [action_msg, confirm]).then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
         table_sig = gr.State(None)
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
+from pipeline.rewards.errors import RewardTimeout
 from pipeline.rewards.text import THINK_ANSWER, completion_text
+
+# How long the user's pattern may search one completion. A real keyword search takes microseconds; a pattern
+# that backtracks without end (nested repeats such as (a|aa)*$) would otherwise hold the process for hours.
+MATCH_TIMEOUT_S = 1.0
 
 
 class StrictFormat:
@@ -51,6 +54,10 @@ class IncrementalFormat:
 class KeywordPresence:
     """`value` when the regex matches (or, with mode='penalize', `-value` when it matches).
 
+    The pattern is the user's, so it runs under a time limit (MATCH_TIMEOUT_S per completion) and without
+    holding the interpreter: the `regex` package searches with the GIL released (`concurrent=True`), so the
+    server's other threads, and the reward guard's own timeout, keep running while it searches.
+
     >>> KeywordPresence(pattern=r"\\bTL;DR\\b")(["TL;DR: short", "nothing"])
     [1.0, 0.0]
     >>> KeywordPresence(pattern="sorry", mode="penalize", ignore_case=True)(["Sorry!", "ok"])
@@ -63,10 +70,24 @@ class KeywordPresence:
             raise ValueError("mode must be 'reward' or 'penalize'")
         if not pattern:
             raise ValueError("pattern must not be empty")
-        self.pattern = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+        import regex  # re's syntax, plus timeouts and matching without the GIL
+
+        try:
+            self.pattern = regex.compile(pattern, regex.IGNORECASE if ignore_case else 0)
+        except regex.error as exc:
+            raise ValueError(f"the pattern is not a valid regular expression: {exc}") from None
         self.value = float(value) if mode == "reward" else -float(value)
         self.max_value = max(self.value, 0.0)
         self.__name__ = name
 
     def __call__(self, completions, **kwargs) -> list[float]:
-        return [self.value if self.pattern.search(completion_text(c)) else 0.0 for c in completions]
+        return [self.value if self._search(completion_text(c), i) else 0.0 for i, c in enumerate(completions)]
+
+    def _search(self, text: str, index: int) -> bool:
+        try:
+            return self.pattern.search(text, timeout=MATCH_TIMEOUT_S, concurrent=True) is not None
+        except TimeoutError:
+            raise RewardTimeout(
+                f"gave up: its pattern {self.pattern.pattern!r} searched completion #{index} for over "
+                f"{MATCH_TIMEOUT_S:g} s. A pattern with nested repeats, such as (a|aa)* or (a+)+, can backtrack "
+                "without end: simplify it.") from None

@@ -1,5 +1,6 @@
 """Safe by default, tried for real against the launched app: file routes refuse traversal, uploads are
-bounded, logins are enforced, hostile RAG filters never widen results, exports still download."""
+bounded, logins are enforced (and a run is its starter's), hostile RAG filters never widen results, exports
+still download."""
 
 import html
 import json
@@ -147,6 +148,23 @@ def test_login_is_enforced_when_asked(studio_data, tmp_path):
         _, summary = client.predict({"headers": ["use", "reward", "weight", "params (JSON)"], "data": []},
                                     "", "", "", "1,0", True, api_name="/score_candidates")
         assert "std" in summary
+        # A run belongs to the user who started it: bob can't delete alice's run, alice can. The login name
+        # reaches the handler from Gradio's request, not from anything the client sends.
+        from pipeline import owners
+        from pipeline.config import RunConfig
+
+        run_dir = runs.new_run_dir("alices")
+        owners.record_owner(run_dir, "alice")
+        runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
+        client.predict(None, api_name="/refresh_runs")  # what a page load does: the Runs panel offers the run
+        message, _ = client.predict(run_dir.name, True, api_name="/delete_run")
+        assert message.startswith(f"❌ Run '{run_dir.name}' belongs to alice: only alice or an operator may "
+                                  "delete it."), message
+        assert run_dir.is_dir()
+        alice = Client(url, auth=("alice", "wonderland"), verbose=False)
+        alice.predict(None, api_name="/refresh_runs")
+        assert alice.predict(run_dir.name, True, api_name="/delete_run")[0] == f"🗑 Deleted **{run_dir.name}**."
+        assert not run_dir.exists()
     finally:
         demo.close()
 

@@ -56,7 +56,7 @@ def test_a_trainer_that_dies_without_a_word_changes_the_signature(tmp_path, monk
     monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
     run_dir = make_running_run("dies")
     sig = live.watch_signature(run_dir.name, None)
-    monkeypatch.setattr(jobstate, "_process_alive", lambda pid, created: False)  # SIGKILL: status.json says running
+    monkeypatch.setattr(jobstate, "_process_alive", lambda pid, *start: False)  # SIGKILL: status.json says running
     assert live.watch_signature(run_dir.name, None) != sig
 
 

@@ -1,6 +1,7 @@
 """Custom reward code never runs in the web server process; hung rewards time out with a clear message."""
 
 import os
+import sys
 import time
 
 import pytest
@@ -100,3 +101,122 @@ def test_timeout_is_a_run_setting():
     funcs, _ = build_rewards(RunConfig().rewards, timeout_s=12)
     assert {f.timeout_s for f in funcs} == {12}
     assert "reward_timeout_s" in RunConfig(reward_timeout_s=0).problems()[0]
+
+
+# ---- a user's regex: a time limit, and the other threads keep running -----------------------------------
+
+BACKTRACKS = r"^(a|aa|aaa)*$"  # on many a's and a "!": more paths than any search can walk
+
+
+def test_a_catastrophic_regex_times_out_without_stalling_other_threads(monkeypatch):
+    """keyword_presence with a pattern that backtracks without end: the search gives up at its time limit with
+    a message that says what to do, and a thread counting beside it keeps counting while it searches (a
+    search that held the GIL would freeze it: every other request of the server would wait)."""
+    import threading
+
+    from pipeline.rewards import format_rewards
+    from pipeline.rewards.format_rewards import KeywordPresence
+
+    monkeypatch.setattr(format_rewards, "MATCH_TIMEOUT_S", 0.5)
+    # The pattern that froze the server before this limit: backtracking the regex package avoids, at once.
+    assert KeywordPresence(pattern=r"^(a+)+$")(["a" * 27 + "!"]) == [0.0]
+
+    guard = GuardedReward(KeywordPresence(pattern=BACKTRACKS), policy="fail")
+    outcome: dict = {}
+
+    def search():
+        try:
+            guard(["a" * 40 + "!"])
+        except RewardFunctionError as exc:
+            outcome["error"] = str(exc)
+
+    count, stop = [0], threading.Event()
+
+    def counter():
+        while not stop.is_set():
+            count[0] += 1
+
+    threading.Thread(target=counter, daemon=True).start()
+    matcher = threading.Thread(target=search, daemon=True)
+    matcher.start()
+    moved = 0  # times the counter moved between two looks, both taken while the search was still running
+    while matcher.is_alive() and moved < 3:
+        before = count[0]
+        time.sleep(0.05)
+        if matcher.is_alive() and count[0] > before:
+            moved += 1
+    matcher.join(30)
+    stop.set()
+    assert moved == 3, "the other threads stood still while the pattern was searched"
+    assert not matcher.is_alive(), "the search never gave up"
+    assert outcome["error"] == (
+        "Reward 'keyword_presence' gave up: its pattern '^(a|aa|aaa)*$' searched completion #0 for over 0.5 s. "
+        "A pattern with nested repeats, such as (a|aa)* or (a+)+, can backtrack without end: simplify it.")
+
+
+def test_the_reward_bench_and_chat_scoring_report_a_regex_that_times_out(monkeypatch):
+    import json
+
+    from pipeline.rewards import format_rewards
+    from ui import chat
+    from ui.reward_bench import score_candidates
+
+    monkeypatch.setattr(format_rewards, "MATCH_TIMEOUT_S", 0.2)
+    rows = [[True, "keyword_presence", 1.0, json.dumps({"pattern": BACKTRACKS})]]
+    table, summary = score_candidates(rows, "prompt", "a" * 40 + "!\n---\nabc", "", "", True)
+    assert table is None and summary.startswith("❌ Reward 'keyword_presence' gave up"), summary
+
+    spec = RewardSpec("keyword_presence", 1.0, {"pattern": BACKTRACKS})
+    monkeypatch.setattr(chat, "rewards_for", lambda choice: ([spec], "test rewards"))
+    _, score_replies = chat.make_handlers(cache=None)
+    text = score_replies([{"role": "assistant", "content": "a" * 40 + "!"}], [], "model", "model", False)
+    assert "**A**: could not be scored" in text and "⚠️ Reward 'keyword_presence' gave up" in text, text
+
+
+# ---- custom reward code gets no secrets ---------------------------------------------------------------
+
+READS_SECRETS = ("import os\n"
+                 "def reward(completions, **kwargs):\n"
+                 "    names = ('HF_TOKEN', 'AWS_SECRET_ACCESS_KEY', 'OPENAI_API_KEY')\n"
+                 "    return [float(sum(name in os.environ for name in names)) for _ in completions]\n")
+
+
+@pytest.fixture
+def secrets_in_the_server(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_server_secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-server-secret")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-server-secret")
+
+
+def test_custom_code_scored_by_the_server_sees_no_tokens(secrets_in_the_server):
+    result = score_isolated([RewardSpec("custom_python", 1.0, {"code": READS_SECRETS})], ["x"], allow_custom=True)
+    assert result["per_reward"]["custom_python"] == [0.0]  # none of the three is set in the child
+
+
+def test_a_trainer_with_custom_rewards_starts_without_tokens(secrets_in_the_server, tmp_path, monkeypatch):
+    """Custom rewards run inside the trainer, so its launch gets what custom code may see. A run without
+    custom code keeps the token (a gated hub model needs it)."""
+    import json
+
+    from pipeline import runner, runs
+
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    dump = "import json, os, sys; json.dump(sorted(os.environ), open(sys.argv[-1] + '/env.json', 'w'))"
+    monkeypatch.setattr(runner, "train_command", lambda run_dir, **kw: [sys.executable, "-c", dump, str(run_dir)])
+    custom = runner.start_run(RunConfig(rewards=[RewardSpec("custom_python", 1.0, {"code": READS_SECRETS})]),
+                              "custom", allow_custom_rewards=True)
+    assert _wait_for(lambda: (custom / "env.json").exists() and runner.busy_run() is None)  # one run at a time
+    plain = runner.start_run(RunConfig(), "plain")
+    assert _wait_for(lambda: (plain / "env.json").exists())
+    seen = set(json.loads((custom / "env.json").read_text()))
+    assert not seen & {"HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY"}, seen
+    assert {"PATH", "GRPO_STUDIO_DATA"} <= seen  # what it needs to find Python and the app's data
+    assert "HF_TOKEN" in json.loads((plain / "env.json").read_text())
+    assert runs.read_status(custom)["state"] in ("queued", "failed")  # the stand-in never reports
+
+
+def _wait_for(done, seconds=20.0) -> bool:
+    deadline = time.time() + seconds
+    while not done() and time.time() < deadline:
+        time.sleep(0.05)
+    return done()

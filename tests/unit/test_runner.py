@@ -257,3 +257,79 @@ def test_start_resume_and_evaluate_wait_for_the_start_lock_of_another_process(ow
     waited = time.monotonic() - began
     holder.wait(10)
     assert waited >= 1.0, f"{job} went ahead after {waited:.2f} s while another process held the start lock"
+
+
+def test_a_live_trainer_stays_alive_when_the_system_clock_steps(own_runs, unrelated_process, monkeypatch):
+    """The wall clock jumps 2 s (NTP, a VM resumed): psutil's create time, boot time + ticks since boot, moves
+    with it. The trainer's start is compared in ticks since boot, which no clock step moves."""
+    import psutil
+
+    from pipeline import jobstate
+
+    pid = unrelated_process.pid
+    run_dir = runs.new_run_dir("clock")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
+    runs.write_status(run_dir, "running", pid=pid, **runs.process_start(pid, "pid_"))
+    runs.write_json_atomic(run_dir / runs.LAUNCHER_FILE, {"pid": pid, **runs.process_start(pid)})
+    assert runs.read_status(run_dir)["state"] == "running"
+
+    real_create_time, real_time = psutil.Process.create_time, time.time
+    monkeypatch.setattr(psutil.Process, "create_time", lambda self, *a, **k: real_create_time(self, *a, **k) + 2.0)
+    monkeypatch.setattr(jobstate.time, "time", lambda: real_time() + 2.0)
+    assert runs.read_status(run_dir)["state"] == "running"
+    assert runs.launcher_alive(run_dir)
+    with pytest.raises(runner.RunnerError, match="still training"):
+        runner.resume_run(run_dir)
+    with pytest.raises(ValueError, match="still training"):
+        runs.delete_run(run_dir)
+    # A record from before (a wall-clock create time only) still reads as it did: alive without a clock step.
+    monkeypatch.setattr(psutil.Process, "create_time", real_create_time)
+    runs.write_status(run_dir, "running", pid=pid, pid_create_time=runs.process_create_time(pid))
+    assert runs.read_status(run_dir)["state"] == "running"
+
+
+def test_a_relaunch_never_reads_as_a_crash(own_runs, monkeypatch):
+    """Resume of a stopped run whose last launcher has exited: from the new "queued" on, every read of the
+    run sees a launch in progress, never the old, dead launcher next to the new state."""
+    run_dir = runs.new_run_dir("relaunch")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
+    old = subprocess.Popen([sys.executable, "-c", "pass"])
+    old.wait()
+    runs.write_json_atomic(run_dir / runs.LAUNCHER_FILE, {"pid": old.pid, **runs.process_start(old.pid)})
+    runs.write_status(run_dir, "stopped")
+    seen = []
+    real_write_state = runner.jobstate.write_state
+
+    def write_and_look(*args, **kwargs):  # what a reader sees right after the launcher writes "queued"
+        written = real_write_state(*args, **kwargs)
+        seen.append(runs.read_status(run_dir))
+        return written
+
+    monkeypatch.setattr(runner.jobstate, "write_state", write_and_look)
+    monkeypatch.setattr(runner, "train_command", lambda run_dir, **kw: [sys.executable, "-c", "import time; time.sleep(2)"])
+    runner.resume_run(run_dir)
+    assert [s["state"] for s in seen] == ["queued"], seen
+    assert runs.read_status(run_dir)["state"] == "queued"  # with the new launcher record
+    assert runs.launcher_alive(run_dir)
+
+
+def test_delete_waits_for_the_start_lock_and_then_sees_the_relaunch(own_runs):
+    """A Resume in progress elsewhere holds the start lock and writes "queued" before it lets go: a Delete
+    pressed meanwhile waits for it, then refuses, instead of removing the folder under the new trainer."""
+    run_dir = runs.new_run_dir("deleted-while-resumed")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
+    runs.write_status(run_dir, "stopped")
+    code = ("import sys, time\n"
+            "from pipeline import runner, runs\n"
+            "with runner.start_lock():\n"
+            "    print('locked', flush=True)\n"
+            "    time.sleep(0.5)\n"
+            f"    runs.write_status({str(run_dir)!r}, 'queued', queued_at=time.time())\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], cwd=runner.ROOT, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    try:
+        with pytest.raises(ValueError, match="still training"):
+            runs.delete_run(run_dir)
+    finally:
+        holder.wait(10)
+    assert (run_dir / "config.json").exists()

@@ -1,0 +1,118 @@
+"""Under a login, a run is its starter's: other users watch it and chat with it, but its Stop, Resume,
+Delete, Export, Push and Evaluate are refused with the owner's name; operators may act on every run; runs
+without a recorded owner (older ones, or made without a login) are anyone's."""
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from pipeline import owners, runner, runs
+from pipeline.config import RunConfig
+from pipeline.owners import Actor, may_act
+
+
+@pytest.fixture
+def own_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    return runs.runs_dir()
+
+
+def login(name):
+    """What Gradio hands a handler that declares `request: gr.Request` (its login name under --auth)."""
+    return SimpleNamespace(username=name)
+
+
+def alices_run(label="alices", state="stopped"):
+    run_dir = runs.new_run_dir(label)
+    owners.record_owner(run_dir, "alice")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
+    runs.write_status(run_dir, state)
+    return run_dir
+
+
+def test_the_rule():
+    assert may_act("alice", Actor("alice")) and not may_act("alice", Actor("bob"))
+    assert may_act("alice", Actor.of("carol", {"carol"}))  # an operator acts on every run
+    assert may_act(None, Actor("bob"))  # no owner recorded: an older run, or one made without a login
+    assert may_act("alice", Actor(None)) and may_act("alice", None)  # no login: one user (or a script)
+    assert owners.parse_operators("alice, bob") == {"alice", "bob"}
+
+
+def test_start_records_the_logged_in_user_once_and_no_one_without_a_login(own_runs, monkeypatch):
+    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1: None)
+    mine = runner.start_run(RunConfig(), "mine", actor=Actor("alice"))
+    assert owners.run_owner(mine) == "alice"
+    assert runs.read_json(mine / owners.OWNER_FILE)["user"] == "alice"
+    anyone = runner.start_run(RunConfig(), "anyone")
+    assert owners.run_owner(anyone) is None and not (anyone / owners.OWNER_FILE).exists()
+
+
+def test_another_users_delete_is_refused_and_the_owners_goes(own_runs):
+    from ui import train
+
+    run_dir = alices_run()
+    message, _ = train.delete_run(run_dir.name, True, [], login("bob"))
+    assert message == (f"❌ Run '{run_dir.name}' belongs to alice: only alice or an operator may delete it. "
+                       "You can still watch it and chat with it.")
+    assert run_dir.is_dir()
+    message, _ = train.delete_run(run_dir.name, True, [], login("alice"))
+    assert message == f"🗑 Deleted **{run_dir.name}**." and not run_dir.exists()
+
+
+def test_an_operator_deletes_any_run_and_anyone_deletes_a_run_without_an_owner(own_runs):
+    from ui import train
+
+    run_dir = alices_run()
+    assert train.delete_run(run_dir.name, True, ["carol"], login("carol"))[0].startswith("🗑")
+    older = runs.new_run_dir("older")  # from before owners were recorded
+    runs.write_json_atomic(older / "config.json", RunConfig().to_dict())
+    assert train.delete_run(older.name, True, [], login("bob"))[0].startswith("🗑")
+
+
+@pytest.fixture
+def alices_training(own_runs):
+    """Alice's run with a live stand-in trainer (a process in a session of its own)."""
+    run_dir = alices_run("training", state="queued")
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    runs.write_json_atomic(run_dir / runs.LAUNCHER_FILE, {"pid": proc.pid, **runs.process_start(proc.pid)})
+    yield run_dir, proc
+    proc.kill()
+    proc.wait()
+
+
+def test_another_users_stop_is_refused_and_the_owners_stops_it(alices_training):
+    from ui import train
+
+    run_dir, proc = alices_training
+    assert runs.read_status(run_dir)["state"] == "queued"
+    message = train.stop_training(run_dir.name, [], login("bob"))
+    assert message.startswith(f"❌ Run '{run_dir.name}' belongs to alice: only alice or an operator may stop it.")
+    assert proc.poll() is None  # never signalled
+    message = train.stop_training(run_dir.name, [], login("alice"))
+    assert message.startswith(f"⏹ Stop requested for **{run_dir.name}**")
+    assert proc.wait(timeout=10) != 0  # the SIGTERM reached it
+
+
+def test_resume_evaluate_export_and_push_are_the_owners(own_runs, monkeypatch):
+    from pipeline import export
+    from ui import chat, train
+
+    run_dir = alices_run()
+    (run_dir / "merged").mkdir()
+    (run_dir / "merged" / "config.json").write_text("{}")
+    monkeypatch.setattr(chat, "run_for_choice", lambda choice: run_dir)
+    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1, **kw: None)  # nothing really starts
+    bob = login("bob")
+    refused = f"Run '{run_dir.name}' belongs to alice: only alice or an operator may"
+    assert train.resume_training(run_dir.name, False, [], bob)[1] == (
+        f"❌ {refused} resume it. You can still watch it and chat with it.")
+    assert train.evaluate_run(run_dir.name, [], bob).startswith(f"❌ {refused} evaluate it.")
+    files, message, _ = chat.export_run("choice", [], bob)
+    assert files is None and message.startswith(f"{refused} export it.")
+    assert chat.push_to_hub("choice", "bob/model", "hf_token", [], bob).startswith(f"⚠️ {refused} push it to the Hub.")
+    with pytest.raises(export.ExportError, match="belongs to alice"):
+        export.export_zips(run_dir, actor=Actor("bob"))
+    assert not list(runs.data_dir().glob("exports/*.zip"))  # nothing was zipped for bob
+    assert train.resume_training(run_dir.name, False, [], login("alice"))[1].startswith("▶ Resuming")
