@@ -120,9 +120,9 @@ def exposure_warning(host: str, share: bool, has_auth: bool) -> str | None:
             "Add --auth USER:PASS (or --auth-file), or listen on 127.0.0.1 only.\n" + "!" * 78 + "\n")
 
 
-def is_shared(host: str, share: bool) -> bool:
-    """Whether people other than the operator can reach the app (a login makes it shared too)."""
-    return share or not is_loopback(host)
+def is_shared(host: str, share: bool, has_auth: bool) -> bool:
+    """Whether people other than the operator can reach the app (a login means there are such people)."""
+    return has_auth or share or not is_loopback(host)
 
 
 def configure_sources(args: argparse.Namespace, shared: bool) -> None:
@@ -146,12 +146,12 @@ def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
     warning = exposure_warning(args.host, args.share, bool(auth))
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    configure_sources(args, shared=bool(auth) or is_shared(args.host, args.share))
+    configure_sources(args, shared=is_shared(args.host, args.share, bool(auth)))
     demo = build_app(args.allow_custom_rewards, args.lancedb_uri, queue_size=args.queue_size)
     # Export zips are the only files a handler returns: Gradio copies them from <data>/exports into its cache.
-    # Everything else under the data directory (runs, uploads, models, LanceDB) is never served.
+    # Everything else under the data directory (runs, uploads, models, LanceDB, download caches) is never served.
     data = data_dir()
-    blocked = [str(data / name) for name in ("runs", "uploads", "models", "lancedb")]
+    blocked = [str(data / name) for name in ("runs", "uploads", "models", "lancedb", "cache")]
     _, url, _ = demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth or None,
                             max_file_size=f"{args.max_upload_mb}mb", css=(ROOT / "assets" / "studio.css").read_text(),
                             show_error=False, allowed_paths=[str(data / "exports")],

@@ -243,14 +243,14 @@ def file_rows(spec: DatasetSpec) -> list[dict]:
 
 def hub_rows(spec: DatasetSpec) -> list[dict]:
     """Rows of a hub dataset, or of a dataset folder the app may read (pipeline/sources.py's rule)."""
-    from pipeline.sources import SourceRefused, check_source, hub_token
+    from pipeline.sources import SourceRefused, check_source, hub_cache_dir, hub_token
 
     try:
         source = check_source(spec.hub_id, "dataset")
     except SourceRefused as exc:
         raise DatasetError(str(exc)) from None
     if source.kind == "local":
-        where, token = source.value, None
+        where, token, cache = source.value, None, hub_cache_dir("datasets-local")
     else:
         from pipeline.hub import HubUnreachable, require_hub
 
@@ -260,12 +260,12 @@ def hub_rows(spec: DatasetSpec) -> list[dict]:
             raise DatasetError(str(exc)) from None
         # The hf:// form is looked up on the Hub only: a bare id that is also a folder in the app's working
         # directory would otherwise be read from disk.
-        where, token = f"hf://datasets/{source.value}", hub_token()
+        where, token, cache = f"hf://datasets/{source.value}", hub_token(), hub_cache_dir()
     import datasets  # heavy: only when a hub dataset is asked for
 
     part = f"split '{spec.hub_split}'" + (f", config '{spec.hub_config}'" if spec.hub_config else "")
     try:
-        ds = datasets.load_dataset(where, spec.hub_config or None, split=spec.hub_split, token=token)
+        ds = datasets.load_dataset(where, spec.hub_config or None, split=spec.hub_split, token=token, cache_dir=cache)
     except Exception as exc:  # noqa: BLE001 - report any loader failure plainly
         raise DatasetError(f"Hub dataset '{spec.hub_id}' ({part}) could not be loaded: {exc}") from None
     records = [dict(r) for r in ds]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pipeline.hub import HubUnreachable, require_hub
 from pipeline.paths import BUNDLED_EMBEDDER_PACKAGE, BUNDLED_GGUF, BUNDLED_MODEL_ID, BUNDLED_PACKAGE, data_dir
-from pipeline.sources import SourceRefused, check_source, hub_token
+from pipeline.sources import SourceRefused, check_source, hub_cache_dir, hub_token
 
 log = logging.getLogger(__name__)
 
@@ -198,9 +198,10 @@ def resolve_model(model_id: str) -> str:
     try:
         from huggingface_hub import snapshot_download
 
-        # token=False (a shared app): the Hub answers as to anyone, so a private or gated repo is refused.
+        # token=False (a shared app): the Hub answers as to anyone, so a private or gated repo is refused, and
+        # the refusal can't be answered from the server's own cache (hub_cache_dir).
         return snapshot_download(model_id, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"],
-                                 token=token)
+                                 token=token, cache_dir=hub_cache_dir())
     except Exception as exc:  # noqa: BLE001 - unknown repo, gated, network drop
         raise ModelError(f"Could not download '{model_id}' from the Hub: {exc}. " + OFFLINE_HINT) from None
 

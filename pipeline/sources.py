@@ -75,8 +75,18 @@ def hub_token() -> bool | None:
     return False if os.environ.get(WITHHOLD_TOKEN_ENV) == "1" else None
 
 
-def token_withheld() -> bool:
-    return hub_token() is False
+def hub_cache_dir(kind: str = "hub") -> str | None:
+    """Where downloads of typed ids are cached: None (the Hugging Face cache) while the server's token may be
+    used; a cache of the app's own when it is withheld. The Hub libraries answer a refused request (a private
+    repo, no token) from their cache when they find the repo there, and the server's cache may hold private
+    repos: a separate cache only ever holds what was fetched without the token. kind "datasets-local" is the
+    cache for dataset folders, kept apart from hub ids of the same name (the datasets library finds cached
+    data by name when the Hub refuses)."""
+    if kind == "hub" and hub_token() is None:
+        return None
+    path = data_dir() / "cache" / ("hub-anonymous" if kind == "hub" else kind)
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
 
 
 def accepted(what: str) -> str:

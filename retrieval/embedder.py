@@ -57,7 +57,7 @@ def load_sentence_model(name: str):
     if source.kind == "local":
         return SentenceTransformer(source.value, device=_device())
     from pipeline.hub import hub_reachable
-    from pipeline.sources import hub_token
+    from pipeline.sources import hub_cache_dir, hub_token
 
     online = hub_reachable()
     token = hub_token()
@@ -67,7 +67,7 @@ def load_sentence_model(name: str):
     try:
         # Offline, a model already in the local Hugging Face cache still loads.
         return SentenceTransformer(name, device=_device(), local_files_only=not online, trust_remote_code=False,
-                                   token=token)
+                                   token=token, cache_folder=hub_cache_dir())
     except Exception as exc:  # noqa: BLE001 - missing repo, no network, not a sentence-transformers model
         if not online:
             raise StoreError(f"Can't load embedder '{name}': the Hugging Face Hub is not reachable and it is not in "

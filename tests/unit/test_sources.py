@@ -114,9 +114,12 @@ def test_a_hub_id_is_looked_up_on_the_hub_never_as_a_folder_here(tmp_path, monke
     leak = tmp_path / "leak"
     leak.mkdir()
     (leak / "keys.txt").write_text(SECRET + "\n")
+    import datasets
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")  # never the user's own cache
     monkeypatch.setattr("pipeline.hub.require_hub", lambda *args, **kwargs: None)  # as if online
     spec = DatasetSpec(source="hub", hub_id="leak", prompt_column="text")
     with pytest.raises(DatasetError) as failed:
@@ -168,16 +171,18 @@ def test_a_shared_app_withholds_its_hub_token_unless_lent(monkeypatch):
 
     monkeypatch.setattr("huggingface_hub.snapshot_download", snapshot_download)
     monkeypatch.setattr("pipeline.models.require_hub", lambda *args, **kwargs: None)
-    for flags, shared, token, cache_asked in (
-            ([], False, None, True), (["--auth", "a:b"], True, False, False),
-            (["--share", "--lend-hub-token"], True, None, True), (["--host", "0.0.0.0"], True, False, False)):
+    anonymous = str(data_dir() / "cache" / "hub-anonymous")
+    for flags, shared, token, cache in (
+            ([], False, None, None), (["--auth", "a:b"], True, False, anonymous),
+            (["--share", "--lend-hub-token"], True, None, None), (["--host", "0.0.0.0"], True, False, anonymous)):
         args = app.parse_args(flags)
-        app.configure_sources(args, shared=bool(args.auth) or app.is_shared(args.host, args.share))
+        app.configure_sources(args, shared=app.is_shared(args.host, args.share, bool(args.auth)))
         calls.clear()
         assert resolve_model("someone/private-model") == "/snapshot"
-        assert calls[-1]["token"] is token, flags
-        # With the token withheld, the server's cached copies are not handed out either.
-        assert (calls[0].get("local_files_only") is True) is cache_asked, flags
+        assert (calls[-1]["token"], calls[-1]["cache_dir"]) == (token, cache), flags
+        # With the token withheld, the server's cached copies are not handed out either: not looked up first,
+        # and not found by the Hub library when the Hub refuses (it answers a refusal from its cache).
+        assert (calls[0].get("local_files_only") is True) is (token is None), flags
 
 
 def test_a_shared_app_withholds_its_token_from_dataset_downloads(monkeypatch):
@@ -186,7 +191,7 @@ def test_a_shared_app_withholds_its_token_from_dataset_downloads(monkeypatch):
     seen = {}
 
     def load_dataset(path, *args, **kwargs):
-        seen.update(path=path, token=kwargs.get("token"))
+        seen.update(path=path, token=kwargs.get("token"), cache_dir=kwargs.get("cache_dir"))
         raise ConnectionError("offline in this test")
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
@@ -194,5 +199,6 @@ def test_a_shared_app_withholds_its_token_from_dataset_downloads(monkeypatch):
     sources.withhold_hub_token(True)
     with pytest.raises(DatasetError, match="could not be loaded"):
         load_rows(DatasetSpec(source="hub", hub_id="someone/private-set"))
-    assert seen == {"path": "hf://datasets/someone/private-set", "token": False}
+    assert seen == {"path": "hf://datasets/someone/private-set", "token": False,
+                    "cache_dir": str(data_dir() / "cache" / "hub-anonymous")}
     assert os.environ[sources.WITHHOLD_TOKEN_ENV] == "1"  # the trainer and evaluator inherit it
