@@ -107,7 +107,8 @@ def check_source(value: str, what: str = "model") -> Source:
     text = str(value or "").strip()
     if not text:
         raise SourceRefused(f"No {what} given. " + accepted(what))
-    shown = text if len(text) <= 120 else text[:117] + "..."
+    # As the message quotes it: printable, and short (a 300-character value is cut).
+    shown = "".join(c if c.isprintable() else "?" for c in (text if len(text) <= 120 else text[:117] + "..."))
     if "://" in text or text.lower().startswith(("hf:", "http:", "https:", "file:")):
         raise SourceRefused(f"'{shown}' is an address, not a {what}. " + accepted(what))
     if text.startswith(("/", "~", ".")):

@@ -268,7 +268,7 @@ def refresh(run_name: str | None, group_step, last_sig, snap: runs.Snapshot | No
     if path is None:
         refused = runs.run_name_problem(run_name) if run_name else None  # a NUL byte, 300 characters, a path
         gone = bool(run_name) and refused is None  # a run was picked, and its folder is no longer there (deleted)
-        sig = ("refused",) if refused else ("gone", run_name) if gone else ("none",)
+        sig = ("refused", refused) if refused else ("gone", run_name) if gone else ("none",)
         if sig == last_sig:
             return {}
         head = (views.refused_run_html(refused) if refused else views.gone_html(run_name) if gone

@@ -199,7 +199,7 @@ def test_every_run_name_entry_point_answers_a_bad_name_with_a_reason(name):
     shown, action, _ = live.watch_signature(name, name).split("\n", 2)
     assert shown == action == f"refused: {problem}"
     view = train.refresh(name, 0, None)
-    assert "data-state='refused'" in view["progress"] and view["sig"] == ("refused",)
+    assert "data-state='refused'" in view["progress"] and view["sig"] == ("refused", problem)
     assert train.refresh(name, 0, view["sig"]) == {}  # the next poll sends nothing
     assert train.stop_training(name) == "Pick a run to stop."
     assert train.delete_run(name, True) == ("Pick a run to delete.", False)
