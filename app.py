@@ -17,8 +17,12 @@ def tab_builders() -> list:
     return [train.build, reward_bench.build, chat.build, rag.build]
 
 
+QUEUE_SIZE = 64  # requests that may wait; more get a "busy" answer at once (--queue-size)
+
+
 def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None, tabs: list | None = None,
-              operators: frozenset[str] = frozenset()):
+              queue_size: int = QUEUE_SIZE, operators: frozenset[str] = frozenset()):
+    """The Blocks with every tab, its queue opened (open_queue): what `serve` launches and the tests build."""
     import gradio as gr
 
     from pipeline.generate import ModelCache
@@ -44,7 +48,14 @@ def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None
         for tab in built:
             for script in tab.scripts:
                 demo.load(None, js=script)
-    return demo
+    return open_queue(demo, queue_size)
+
+
+def open_queue(demo, queue_size: int = QUEUE_SIZE):
+    """The one place the app's queue is opened. api_open=False: a queued event can't be called with a direct
+    POST to /gradio_api/run/<name>, which would skip the queue's max_size and every concurrency limit; the page
+    and gradio_client join the queue, and the live poll (a gr.api endpoint with queue=False) still answers."""
+    return demo.queue(default_concurrency_limit=4, max_size=queue_size, api_open=False)
 
 
 def is_loopback(host: str) -> bool:
@@ -91,10 +102,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--operators", metavar="USER,USER",
                         help="With --auth: logins that may stop, resume, delete, export, push and evaluate every "
                              "user's runs (others act only on the runs they started).")
+    parser.add_argument("--allow-local-dir", action="append", default=[], metavar="PATH",
+                        help="A server folder users may load models and datasets from, by full path (repeatable). "
+                             "Without it only the data folder (runs and their merged models) is read.")
+    parser.add_argument("--lend-hub-token", action="store_true",
+                        help="Let downloads of ids users type use this server's Hugging Face token, and its cached "
+                             "copies, when the app is shared (--auth, --share or another --host). Off: they "
+                             "reach public Hub repos only.")
     parser.add_argument("--max-upload-mb", type=int, default=50, help="Largest accepted upload (default 50 MB).")
     parser.add_argument("--lancedb-uri", metavar="URI",
                         help="RAG database (default <data>/lancedb); e.g. s3://bucket/path on object storage.")
-    parser.add_argument("--queue-size", type=int, default=64,
+    parser.add_argument("--queue-size", type=int, default=QUEUE_SIZE,
                         help="Requests that may wait in the queue; more get a 'busy' answer at once.")
     return parser.parse_args(argv)
 
@@ -108,6 +126,23 @@ def exposure_warning(host: str, share: bool, has_auth: bool) -> str | None:
             "Add --auth USER:PASS (or --auth-file), or listen on 127.0.0.1 only.\n" + "!" * 78 + "\n")
 
 
+def is_shared(host: str, share: bool, has_auth: bool) -> bool:
+    """Whether people other than the operator can reach the app (a login means there are such people)."""
+    return has_auth or share or not is_loopback(host)
+
+
+def configure_sources(args: argparse.Namespace, shared: bool) -> None:
+    """What users may load (pipeline/sources.py): the operator's --allow-local-dir folders, and whether their
+    downloads use this server's Hub token. Set for this process and the jobs it starts."""
+    from pipeline.sources import SourceRefused, allow_local_dirs, withhold_hub_token
+
+    try:
+        allow_local_dirs(args.allow_local_dir)
+    except SourceRefused as exc:
+        raise SystemExit(str(exc)) from None
+    withhold_hub_token(shared and not args.lend_hub_token)
+
+
 def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
     """Build and launch the app with the settings the flags ask for. Returns (demo, local_url)."""
     from pipeline.models import start_bundled_conversion
@@ -118,12 +153,13 @@ def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
     warning = exposure_warning(args.host, args.share, bool(auth))
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    demo = build_app(args.allow_custom_rewards, args.lancedb_uri, operators=parse_operators(args.operators))
-    demo.queue(default_concurrency_limit=4, max_size=args.queue_size)
+    configure_sources(args, shared=is_shared(args.host, args.share, bool(auth)))
+    demo = build_app(args.allow_custom_rewards, args.lancedb_uri, queue_size=args.queue_size,
+                     operators=parse_operators(args.operators))
     # Export zips are the only files a handler returns: Gradio copies them from <data>/exports into its cache.
-    # Everything else under the data directory (runs, uploads, models, LanceDB) is never served.
+    # Everything else under the data directory (runs, uploads, models, LanceDB, download caches) is never served.
     data = data_dir()
-    blocked = [str(data / name) for name in ("runs", "uploads", "models", "lancedb")]
+    blocked = [str(data / name) for name in ("runs", "uploads", "models", "lancedb", "cache")]
     _, url, _ = demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth or None,
                             max_file_size=f"{args.max_upload_mb}mb", css=(ROOT / "assets" / "studio.css").read_text(),
                             show_error=False, allowed_paths=[str(data / "exports")],

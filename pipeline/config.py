@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.models import QLORA_FP16  # one wording, also used once the machine is known
+from pipeline.models import BUNDLED_LABEL, QLORA_FP16  # one wording, also used once the machine is known
 from pipeline.paths import BUNDLED_MODEL_ID  # also imported from here by the tabs and tests
+from pipeline.sources import SourceRefused, check_source
 
 LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's
 SCALE_REWARDS = ("group", "batch", "none")
@@ -418,6 +419,8 @@ class RunConfig:
                 out.append(outside)
         if not str(self.model).strip():
             out.append("Pick a model: the bundled SmolLM2 works offline.")
+        elif self.model not in (BUNDLED_MODEL_ID, BUNDLED_LABEL):
+            out.extend(_source_problems(self.model, "model"))
         if self.batch_size >= 1 and self.batch_size % max(self.num_generations, 1):  # below 1: its range says so
             out.append(
                 f"Batch size {self.batch_size} is not a multiple of the group size G={self.num_generations}. "
@@ -441,6 +444,8 @@ class RunConfig:
             out.append("Dataset source 'file' needs a CSV or JSONL path.")
         if ds.source == "hub" and not ds.hub_id:
             out.append("Dataset source 'hub' needs a dataset id such as 'mlabonne/smoltldr'.")
+        elif ds.source == "hub":
+            out.extend(_source_problems(ds.hub_id, "dataset"))
         if not 0 <= ds.eval_fraction < 0.9:
             out.append("eval_fraction must be between 0 and 0.9.")
         if ds.limit < 0:
@@ -472,6 +477,15 @@ class RunConfig:
         if problems:
             raise ConfigError("This run can't start:\n- " + "\n- ".join(problems))
         return self
+
+
+def _source_problems(value: Any, what: str) -> list[str]:
+    """pipeline/sources.py's rule for a typed model or dataset, as a problem list (empty when it passes)."""
+    try:
+        check_source(str(value), what)
+    except SourceRefused as exc:
+        return [str(exc)]
+    return []
 
 
 def _is_zero(weight: Any) -> bool:

@@ -170,6 +170,8 @@ def read_table(path: str | Path) -> tuple[list[dict], list[str]]:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DatasetError(f"{name}: line {i} is not valid JSON ({exc.msg}).") from None
+            except RecursionError:
+                raise DatasetError(f"{name}: line {i} is nested too deeply to be a row of prompts.") from None
             if not isinstance(obj, dict):
                 raise DatasetError(f"{name}: line {i} is not a JSON object.")
             rows.append(obj)
@@ -179,6 +181,8 @@ def read_table(path: str | Path) -> tuple[list[dict], list[str]]:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno}).") from None
+        except RecursionError:  # e.g. [[[[...]]]] thousands deep: Python's parser gives up
+            raise DatasetError(f"{name}: nested too deeply; a .json file must hold a list of objects.") from None
         if not isinstance(obj, list) or not all(isinstance(r, dict) for r in obj):
             raise DatasetError(f"{name}: a .json file must hold a list of objects.")
         rows, columns = obj, list(dict.fromkeys(k for r in obj for k in r))
@@ -238,19 +242,32 @@ def file_rows(spec: DatasetSpec) -> list[dict]:
 
 
 def hub_rows(spec: DatasetSpec) -> list[dict]:
-    from pipeline.hub import HubUnreachable, require_hub
+    """Rows of a hub dataset, or of a dataset folder the app may read (pipeline/sources.py's rule)."""
+    from pipeline.sources import SourceRefused, check_source, hub_cache_dir, hub_token
 
     try:
-        require_hub(f"dataset '{spec.hub_id}'", "Use the bundled TL;DR or Arithmetic set, or upload a CSV/JSONL file.")
-    except HubUnreachable as exc:  # a DatasetError, so the pre-flight check and the trainer report it as one
+        source = check_source(spec.hub_id, "dataset")
+    except SourceRefused as exc:
         raise DatasetError(str(exc)) from None
+    if source.kind == "local":
+        where, token, cache = source.value, None, hub_cache_dir("datasets-local")
+    else:
+        from pipeline.hub import HubUnreachable, require_hub
+
+        try:
+            require_hub(f"dataset '{spec.hub_id}'", "Use the bundled TL;DR or Arithmetic set, or upload a CSV/JSONL file.")
+        except HubUnreachable as exc:  # a DatasetError, so the pre-flight check and the trainer report it as one
+            raise DatasetError(str(exc)) from None
+        # The hf:// form is looked up on the Hub only: a bare id that is also a folder in the app's working
+        # directory would otherwise be read from disk.
+        where, token, cache = f"hf://datasets/{source.value}", hub_token(), hub_cache_dir()
     import datasets  # heavy: only when a hub dataset is asked for
 
-    where = f"split '{spec.hub_split}'" + (f", config '{spec.hub_config}'" if spec.hub_config else "")
+    part = f"split '{spec.hub_split}'" + (f", config '{spec.hub_config}'" if spec.hub_config else "")
     try:
-        ds = datasets.load_dataset(spec.hub_id, spec.hub_config or None, split=spec.hub_split)
+        ds = datasets.load_dataset(where, spec.hub_config or None, split=spec.hub_split, token=token, cache_dir=cache)
     except Exception as exc:  # noqa: BLE001 - report any loader failure plainly
-        raise DatasetError(f"Hub dataset '{spec.hub_id}' ({where}) could not be loaded: {exc}") from None
+        raise DatasetError(f"Hub dataset '{spec.hub_id}' ({part}) could not be loaded: {exc}") from None
     records = [dict(r) for r in ds]
     return rows_from_records(records, list(ds.column_names), spec, spec.hub_id)
 

@@ -96,6 +96,16 @@ def push(run_dir: Path, repo_id: str, token: str) -> str:
     return f"https://huggingface.co/{repo_id.strip()}"
 
 
+def without_secret(text: str, secret: str) -> str:
+    """`text` with `secret` masked, for a status file or a log: an error may quote the request it refused.
+
+    >>> without_secret("401 for token hf_abc", " hf_abc ")
+    '401 for token ***'
+    """
+    secret = (secret or "").strip()
+    return text.replace(secret, "***") if secret else text
+
+
 def main(argv: list[str] | None = None) -> int:
     """The push job: running -> done (+ url) / failed (+ error) / stopped, in push_status.json."""
     keep_private()  # it holds the Hub token: no other process of this user may read its environment
@@ -114,10 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stopped)
     pid = os.getpid()
     write("running", pid=pid, **jobstate.process_start(pid, "pid_"), repo=args.repo)
+    token = os.environ.get(TOKEN_ENV, "")
     try:
-        url = push(args.run_dir, args.repo, os.environ.get(TOKEN_ENV, ""))
+        url = push(args.run_dir, args.repo, token)
     except Exception as exc:  # noqa: BLE001 - auth errors, permission, network drop: the status says which
-        write("failed", error=f"Push failed: {exc}")
+        write("failed", error=f"Push failed: {without_secret(str(exc), token)}")
         return 1
     write("done", url=url)
     return 0

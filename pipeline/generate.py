@@ -158,6 +158,9 @@ class ModelChoice:
         """The run folder behind a run or checkpoint choice (only existing runs); None for a base model."""
         if self.kind == "base":
             return None
+        problem = runs.run_name_problem(self.name)
+        if problem:
+            raise ChatModelError(problem)
         path = runs.resolve_run(self.name)
         if path is None:
             raise ChatModelError(f"There is no run named '{self.name}'.")

@@ -57,7 +57,15 @@ def listed_signature() -> str:
     return "|".join(parts)
 
 
+def picked_signature(name: str | None) -> str:
+    """A picked run's part of the signature; a name that can't name a run (a NUL byte, 300 characters, a path)
+    says why instead of reaching the file system."""
+    problem = runs.run_name_problem(name) if name else None
+    if problem:
+        return f"refused: {problem}"
+    return f"{name}:{run_signature(runs.resolve_run(name))}"
+
+
 def watch_signature(shown: str | None, action: str | None) -> str:
     """One string for the whole Train tab: the shown run, the Runs panel's run and every run's listed files."""
-    return "\n".join([f"{shown}:{run_signature(runs.resolve_run(shown))}",
-                      f"{action}:{run_signature(runs.resolve_run(action))}", listed_signature()])
+    return "\n".join([picked_signature(shown), picked_signature(action), listed_signature()])

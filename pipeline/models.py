@@ -13,7 +13,6 @@ import copy
 import importlib.util
 import logging
 import os
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +20,12 @@ from pathlib import Path
 from pipeline.hub import HubUnreachable, require_hub
 from pipeline.paths import (
     BUNDLED_EMBEDDER_PACKAGE, BUNDLED_GGUF, BUNDLED_MODEL_ID, BUNDLED_PACKAGE, data_dir, keep_private)
+from pipeline.sources import SourceRefused, check_source, hub_cache_dir, hub_token
 
 log = logging.getLogger(__name__)
 
 BUNDLED_LABEL = "SmolLM2-135M-Instruct (bundled, offline)"
 OFFLINE_HINT = f"Pick the offline default '{BUNDLED_LABEL}' or a local model folder."
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?$")
 
 
 class ModelError(RuntimeError):
@@ -167,25 +166,32 @@ def _hub_cached_snapshot(model_id: str) -> str | None:
 
 
 def resolve_model(model_id: str) -> str:
-    """A local folder (or, online, a hub id) that `from_pretrained` can load. Fails fast offline."""
+    """A local folder that `from_pretrained` can load: the bundled model, a folder the app may read, or a hub
+    id's snapshot (downloaded when online; fails fast offline). What may be named is pipeline/sources.py's
+    rule; a hub id is only ever looked up on the Hub, never as a folder on the server."""
     model_id = (model_id or "").strip()
     if not model_id:
         raise ModelError("No model chosen. " + OFFLINE_HINT)
     if model_id in (BUNDLED_MODEL_ID, BUNDLED_LABEL):
         return str(ensure_bundled_model())
-    path = Path(model_id).expanduser()
-    if path.is_dir():
+    try:
+        source = check_source(model_id, "model")
+    except SourceRefused as exc:
+        raise ModelError(f"{exc} {OFFLINE_HINT}") from None
+    if source.kind == "bundled":
+        raise ModelError(f"'{model_id}' is not a model that ships with the app. " + OFFLINE_HINT)
+    if source.kind == "local":
+        path = Path(source.value)
+        if not path.is_dir():
+            raise ModelError(f"No model folder at '{model_id}'. " + OFFLINE_HINT)
         if not (path / "config.json").exists():
             raise ModelError(f"The folder '{model_id}' has no config.json, so it is not a transformers model.")
         return str(path)
-    if model_id.startswith((".", "/", "~")) or os.sep in model_id.strip("/").replace("/", "", 1):
-        raise ModelError(f"No model folder at '{model_id}'. " + OFFLINE_HINT)
-    if not HUB_ID.match(model_id):
-        raise ModelError(f"'{model_id}' is not a catalog model, a local folder, or a hub id like 'org/name'. "
-                         + OFFLINE_HINT)
-    cached = _hub_cached_snapshot(model_id)
-    if cached:
-        return cached
+    token = hub_token()
+    if token is None:  # the server's own token may be used: a copy it cached is as good as a download
+        cached = _hub_cached_snapshot(model_id)
+        if cached:
+            return cached
     try:
         require_hub(f"model '{model_id}'", OFFLINE_HINT)
     except HubUnreachable as exc:
@@ -193,7 +199,10 @@ def resolve_model(model_id: str) -> str:
     try:
         from huggingface_hub import snapshot_download
 
-        return snapshot_download(model_id, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"])
+        # token=False (a shared app): the Hub answers as to anyone, so a private or gated repo is refused, and
+        # the refusal can't be answered from the server's own cache (hub_cache_dir).
+        return snapshot_download(model_id, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"],
+                                 token=token, cache_dir=hub_cache_dir())
     except Exception as exc:  # noqa: BLE001 - unknown repo, gated, network drop
         raise ModelError(f"Could not download '{model_id}' from the Hub: {exc}. " + OFFLINE_HINT) from None
 

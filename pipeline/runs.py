@@ -316,12 +316,36 @@ def disk_full_message(run_dir: str | Path, exc: BaseException) -> str:
 # ---- listing -----------------------------------------------------------------------------------
 
 
+MAX_RUN_NAME = 200  # characters; the app names runs by time and label, well under this
+
+
+def run_name_problem(name) -> str | None:
+    """Why `name` (from a form, the API or a model choice) can't name a run, in words; None when it can. Every
+    entry point that takes a run name asks this before the name comes near the file system (a NUL byte or an
+    over-long name would make the first stat() raise).
+
+    >>> run_name_problem("20261124-101500-smollm2-tldr") is None, run_name_problem("../etc")
+    (True, "'../etc' is not a run name: a run is named by its folder, without '/' or '..'. Pick one from the list.")
+    >>> run_name_problem("x" * 300)[:46], run_name_problem("a" + chr(0) + "b")
+    ('A run name is at most 200 characters (got 300)', 'A run name has no control characters. Pick one from the list.')
+    """
+    if not isinstance(name, str) or not name:
+        return "No run picked. Pick one from the list."
+    if len(name) > MAX_RUN_NAME:
+        return f"A run name is at most {MAX_RUN_NAME} characters (got {len(name)}). Pick one from the list."
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "A run name has no control characters. Pick one from the list."
+    if name in (".", "..") or "/" in name or "\\" in name or name != Path(name).name:
+        return f"'{name}' is not a run name: a run is named by its folder, without '/' or '..'. Pick one from the list."
+    return None
+
+
 def resolve_run(name: str | None) -> Path | None:
     """The folder of the run called `name`, or None when there is no such run. The one place a run name
     from the UI or a model choice becomes a path: only a direct child of runs/ holding a config.json,
-    never a user-supplied path (`../x`, `/etc`, `a/b` all give None)."""
-    if not name or not isinstance(name, str) or name != Path(name).name or name in (".", ".."):
-        return None  # a name, not a path
+    never a user-supplied path (`../x`, `/etc`, `a/b` all give None), nor a name run_name_problem refuses."""
+    if run_name_problem(name) is not None:
+        return None
     path = (runs_dir() / name).resolve()
     if path.parent != runs_dir() or not (path / "config.json").exists():
         return None

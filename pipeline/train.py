@@ -634,7 +634,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="Continue from the last complete checkpoint.")
     parser.add_argument("--allow-custom-rewards", action="store_true",
                         help="Allow the custom_python reward (runs arbitrary code).")
+    parser.add_argument("--allow-local-dir", action="append", default=[], metavar="PATH",
+                        help="A folder the model or dataset may be read from, besides the data folder (repeatable; "
+                             "a run the app starts inherits the app's).")
     args = parser.parse_args(argv)
+    if args.allow_local_dir:
+        from pipeline.sources import SourceRefused, allow_local_dirs, allowed_dirs
+
+        try:
+            allow_local_dirs([*allowed_dirs()[1:], *args.allow_local_dir])
+        except SourceRefused as exc:
+            parser.error(str(exc))
 
     run_dir = Path(args.run_dir).expanduser().resolve()
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -45,25 +45,54 @@ def release_embedders() -> None:
 
 @lru_cache(maxsize=2)
 def load_sentence_model(name: str):
-    """A SentenceTransformer for a registry name: the bundled model, a local folder, or a hub id."""
+    """A SentenceTransformer for a registry name: the bundled model, a folder the app may read, or a hub id
+    (pipeline/sources.py's rule, checked here, where the model is opened, before anything is loaded)."""
+    if name == BUNDLED_EMBEDDER:
+        from sentence_transformers import SentenceTransformer
+
+        return SentenceTransformer(str(bundled_embedder_dir()), device=_device())
+    source = checked_embedder(name)
     from sentence_transformers import SentenceTransformer
 
-    if name == BUNDLED_EMBEDDER:
-        return SentenceTransformer(str(bundled_embedder_dir()), device=_device())
-    if Path(name).expanduser().is_dir():
-        return SentenceTransformer(str(Path(name).expanduser()), device=_device())
+    if source.kind == "local":
+        return SentenceTransformer(source.value, device=_device())
     from pipeline.hub import hub_reachable
+    from pipeline.sources import hub_cache_dir, hub_token
 
     online = hub_reachable()
+    token = hub_token()
+    if not online and token is False:  # a shared app: the server's cached copies are its own, like its token
+        raise StoreError(f"Can't load embedder '{name}': the Hugging Face Hub is not reachable. Use the bundled "
+                         f"'{BUNDLED_EMBEDDER}' offline.")
     try:
         # Offline, a model already in the local Hugging Face cache still loads.
-        return SentenceTransformer(name, device=_device(), local_files_only=not online, trust_remote_code=False)
+        return SentenceTransformer(name, device=_device(), local_files_only=not online, trust_remote_code=False,
+                                   token=token, cache_folder=hub_cache_dir())
     except Exception as exc:  # noqa: BLE001 - missing repo, no network, not a sentence-transformers model
         if not online:
             raise StoreError(f"Can't load embedder '{name}': the Hugging Face Hub is not reachable and it is not in "
                              f"the local cache. Use the bundled '{BUNDLED_EMBEDDER}' offline.") from None
         raise StoreError(f"Can't load embedder '{name}' ({type(exc).__name__}: {exc}). Give a sentence-transformers "
                          f"model id such as BAAI/bge-small-en-v1.5, or a local folder.") from None
+
+
+def checked_embedder(name: str):
+    """pipeline/sources.py's rule for an embedder name (a Source), or StoreError saying what is accepted."""
+    import os
+
+    from pipeline.sources import SourceRefused, check_source
+
+    try:
+        source = check_source(name, "embedder")
+    except SourceRefused as exc:
+        raise StoreError(f"{exc} The bundled '{BUNDLED_EMBEDDER}' works offline.") from None
+    if source.kind == "local" and not Path(source.value).is_dir():
+        raise StoreError(f"There is no embedder folder at '{name}'.")
+    if source.kind == "bundled" or (source.kind == "hub" and os.path.lexists(name)):
+        # sentence-transformers would read an id that is also a path in the working directory from disk.
+        raise StoreError(f"'{name}' is not an embedder this app can load. Give a hub id such as "
+                         f"BAAI/bge-small-en-v1.5, or the bundled '{BUNDLED_EMBEDDER}'.")
+    return source
 
 
 class QueryVectorCache:

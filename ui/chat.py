@@ -257,7 +257,7 @@ def build(ctx: TabContext) -> Tab:
                 repo = gr.Textbox(label="Hub repo id", placeholder="your-name/my-grpo-model")
                 token = gr.Textbox(label="Hub token", type="password")
                 push = gr.Button("Push to hub")
-            push_msg = gr.Markdown()
+            push_msg = gr.Markdown(elem_id="chat-push-msg")
 
     def load_choices(a, b, offered):
         """Page load and ↻: re-read the models on disk; Model A follows the newest finished run until the
@@ -278,7 +278,9 @@ def build(ctx: TabContext) -> Tab:
     refresh.click(load_choices, [choice_a, choice_b, offered_a], [choice_a, choice_b, offered_a])
     score_btn.click(score_replies, [chat_a, chat_b, choice_a, choice_b, side_by_side], scores)
     export_btn.click(export_run, [choice_a, ops], [export_files, export_msg, snippet], api_name="export_run")
-    push.click(push_to_hub, [choice_a, repo, token, ops], push_msg).then(push_view, [choice_a, push_msg], push_msg,
-                                                                     show_progress="hidden")
+    # Private: Gradio keeps a public event's inputs in the browser's run history (localStorage), and these carry
+    # the Hub token. A private event is kept out of it (and out of the API); the page still calls it.
+    push.click(push_to_hub, [choice_a, repo, token, ops], push_msg, api_visibility="private").then(
+        push_view, [choice_a, push_msg], push_msg, show_progress="hidden")
     models = [choice_a, choice_b, offered_a]
     return Tab(loads=(PageLoad(load_choices, models, models),))

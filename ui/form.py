@@ -90,6 +90,9 @@ def rewards_from_rows(rows: list[list[Any]]) -> list[RewardSpec]:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"Reward '{name}': parameters are not valid JSON ({exc.msg}). "
                               'Example: {"target": 50}') from None
+        except RecursionError:
+            raise ConfigError(f"Reward '{name}': parameters are nested too deeply. "
+                              'Example: {"target": 50}') from None
         if not isinstance(params, dict):
             raise ConfigError(f"Reward '{name}': parameters must be a JSON object like {{\"target\": 50}}.")
         try:

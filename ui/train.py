@@ -272,11 +272,13 @@ def refresh(run_name: str | None, group_step, last_sig, snap: runs.Snapshot | No
     update}; {} when nothing changed."""
     path = run_path(run_name)
     if path is None:
-        gone = bool(run_name)  # a run was picked, and its folder is no longer there (deleted)
-        sig = ("gone", run_name) if gone else ("none",)
+        refused = runs.run_name_problem(run_name) if run_name else None  # a NUL byte, 300 characters, a path
+        gone = bool(run_name) and refused is None  # a run was picked, and its folder is no longer there (deleted)
+        sig = ("refused", refused) if refused else ("gone", run_name) if gone else ("none",)
         if sig == last_sig:
             return {}
-        head = views.gone_html(run_name) if gone else views.progress_html(None, {}, [], None)
+        head = (views.refused_run_html(refused) if refused else views.gone_html(run_name) if gone
+                else views.progress_html(None, {}, [], None))
         return {**_empty_view(head), "sig": sig}
     try:
         return _refresh_run(snap or runs.snapshot(path), run_name, group_step, last_sig)

@@ -107,6 +107,11 @@ def gone_html(run_name: str) -> str:
             "folder was deleted. Pick another run in <b>Runs</b>, or start a new one.</div>")
 
 
+def refused_run_html(problem: str) -> str:
+    """The live view's header for a run name that can't name a run (runs.run_name_problem)."""
+    return f"<div class='gs-empty' data-state='refused'>{html.escape(problem)}</div>"
+
+
 def progress_html(run_name: str | None, status: dict, rows: list[dict], max_steps: int | None,
                   problems: list[str] | None = None) -> str:
     if not run_name:

@@ -1,4 +1,5 @@
-"""Chat in the browser: a reply streams in, side by side shows two replies, a reply gets scored."""
+"""Chat in the browser: a reply streams in, side by side shows two replies, a reply gets scored; a Hub token
+typed for a push is kept out of the browser's storage and the app's log."""
 
 import re
 import time
@@ -45,3 +46,19 @@ def test_stream_side_by_side_and_score(page, app_url):
     expect(scores).to_contain_text("length_target")
     expect(scores).to_contain_text("weighted total")
     page.screenshot(path=str(ARTIFACTS / "chat-02-scored.png"), full_page=True)
+
+    # Push to the Hub with a token: Gradio keeps the inputs of a public event in its run history, in the
+    # browser's localStorage; the push is a private event, so the token is never stored.
+    page.get_by_text("Export a run").click()
+    page.get_by_label("Hub repo id").fill("someone/studio-test")
+    page.get_by_label("Hub token").fill(FAKE_TOKEN)
+    page.get_by_role("button", name="Push to hub").click()
+    expect(page.locator("#chat-push-msg")).to_contain_text(re.compile(r"\w"), timeout=30_000)  # offline: refused
+    stored = page.evaluate("JSON.stringify(localStorage) + JSON.stringify(sessionStorage)")
+    assert "bread dough rises" in stored  # the run history is on: the chat message above was kept
+    assert FAKE_TOKEN not in stored
+    port = app_url.rsplit(":", 1)[1]
+    assert FAKE_TOKEN not in (ARTIFACTS / f"app-{port}.log").read_text(errors="replace")
+
+
+FAKE_TOKEN = "hf_studioFakeToken1234567890"

@@ -71,6 +71,46 @@ def test_runs_outside_the_list_are_refused(client):
     assert client.predict(None, api_name="/stop_training") == "Pick a run to stop."
 
 
+def post_json(url: str, payload: dict) -> tuple[int, object]:
+    """A direct HTTP POST, as any script could send it: (status, parsed JSON answer or text)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            status, body = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read()
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body.decode(errors="replace")
+
+
+def test_queued_events_refuse_direct_posts_while_the_live_poll_and_the_client_work(client):
+    """A queued event reached with a direct POST would skip the queue's max_size and every concurrency limit
+    (the app opens its queue with api_open=False). The live poll is a queue-free endpoint, and gradio_client
+    joins the queue: both keep working."""
+    base = client.src.rstrip("/")
+    table = {"headers": ["use", "reward", "weight", "params (JSON)"], "data": []}
+    status, body = post_json(base + "/gradio_api/run/score_candidates", {"data": [table, "", "", "", "1,0", True]})
+    assert status == 404 and "join the queue" in str(body), (status, body)
+    status, body = post_json(base + "/gradio_api/run/watch_signature", {"data": [None, None]})
+    assert status == 200 and body["data"][0].startswith("None:none\nNone:none"), (status, body)
+    _, summary = client.predict(table, "", "", "", "1,0", True, api_name="/score_candidates")
+    assert "std" in summary
+
+
+@pytest.mark.parametrize("name", ["bad\x00name", "x" * 300, "../../etc", "/etc/passwd", "a\\b"])
+def test_the_live_poll_answers_bad_run_names_with_a_reason(client, name):
+    status, body = post_json(client.src.rstrip("/") + "/gradio_api/run/watch_signature", {"data": [name, name]})
+    assert status == 200, (status, body)
+    shown, action, _ = body["data"][0].split("\n", 2)
+    assert shown == action and shown.startswith("refused: ") and "run name" in shown, shown
+
+
 def test_live_view_before_the_first_step(client):
     """A run that has started but has no metrics or groups yet still shows its progress (regression)."""
     run_dir = runs.new_run_dir("client-early")

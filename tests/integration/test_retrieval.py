@@ -111,7 +111,9 @@ def test_changing_the_embedder_rebuilds_with_the_new_vector_size(tmp_path):
     from sentence_transformers.models import Dense
 
     base = SentenceTransformer(str(bundled_embedder_dir()), device="cpu")
-    small_dir = tmp_path / "minilm-128"
+    from pipeline.paths import data_dir
+
+    small_dir = data_dir() / "embedders" / "minilm-128"  # a local embedder is read from under the data folder
     SentenceTransformer(modules=[base[0], base[1], Dense(384, 128)], device="cpu").save(str(small_dir))
 
     s = MovieStore(tmp_path / "db")

@@ -39,3 +39,32 @@ def test_bad_login_entries_are_refused(entry):
 def test_missing_login_file_is_explained(tmp_path):
     with pytest.raises(SystemExit, match="Can't read --auth-file"):
         app.read_auth(None, str(tmp_path / "nope"))
+
+
+def test_local_folders_and_the_hub_token_are_the_operators_to_give(tmp_path):
+    """--allow-local-dir is repeatable and must name folders; the Hub token is lent to a shared app only on
+    --lend-hub-token (tests/unit/test_sources.py shows what each setting does)."""
+    from pipeline import sources
+
+    args = app.parse_args([])
+    assert (args.allow_local_dir, args.lend_hub_token) == ([], False)
+    args = app.parse_args(["--allow-local-dir", str(tmp_path), "--allow-local-dir", str(tmp_path / "b"),
+                           "--lend-hub-token"])
+    assert args.allow_local_dir == [str(tmp_path), str(tmp_path / "b")] and args.lend_hub_token
+    try:
+        with pytest.raises(SystemExit, match="no such folder"):
+            app.configure_sources(args, shared=True)
+        (tmp_path / "b").mkdir()
+        app.configure_sources(args, shared=True)
+        assert sources.allowed_dirs()[1:] == [tmp_path.resolve(), (tmp_path / "b").resolve()]
+        assert sources.hub_token() is None  # lent
+        for flags, shared in ((["--auth", "a:b"], True), (["--share"], True), (["--host", "0.0.0.0"], True),
+                              ([], False)):
+            parsed = app.parse_args(flags)
+            assert (app.is_shared(parsed.host, parsed.share, bool(parsed.auth))) == shared, flags
+            app.configure_sources(parsed, shared=shared)
+            assert sources.hub_token() is (False if shared else None), flags
+            assert sources.allowed_dirs()[1:] == []
+    finally:
+        sources.allow_local_dirs([])
+        sources.withhold_hub_token(False)

@@ -61,8 +61,10 @@ def test_unmerged_run_and_bad_names_give_clear_messages():
     _run("zz-busy", state="running")
     with pytest.raises(ChatModelError, match="no merged model yet"):
         generate._load_choice("run:zz-busy")
-    with pytest.raises(ChatModelError, match="no run named"):
+    with pytest.raises(ChatModelError, match="is not a run name"):
         run_for_choice("run:../../etc")
+    with pytest.raises(ChatModelError, match="no run named"):
+        run_for_choice("run:zz-never-made")
     with pytest.raises(ChatModelError, match="missing or incomplete"):
         generate._load_choice("ckpt:zz-busy:9")
 

@@ -120,3 +120,28 @@ def test_arithmetic_prompts_open_with_one_worked_example():
     assert "<answer>" in first[0]["content"] and first[2]["content"].endswith("<answer>19</answer>")
     assert len({r["prompt"][-1]["content"] for r in rows}) > 300  # the last turn is the problem itself
     assert arithmetic_rows("Be terse.")[0]["prompt"][0]["content"] == "Be terse."
+
+
+DEEP = "[" * 5000 + "]" * 5000  # thousands deep: Python's JSON parser gives up with RecursionError
+
+
+@pytest.mark.parametrize("suffix, text", [(".json", DEEP), (".jsonl", '{"prompt": "hi"}\n{"x": ' + DEEP + "}\n")])
+def test_deeply_nested_json_is_refused_with_a_message(tmp_path, suffix, text):
+    """Every reader of an uploaded table: the prompts reader (and the Train tab's upload), the RAG tab's
+    films reader, and the rewards table's parameters."""
+    from pipeline.config import ConfigError
+    from retrieval.movies import MovieDataError, read_table as read_films
+    from ui.form import rewards_from_rows
+    from ui.train import store_upload
+
+    path = tmp_path / f"deep{suffix}"
+    path.write_text(text)
+    with pytest.raises(DatasetError, match="nested too deeply"):
+        load_rows(_spec(path))
+    *_, message = store_upload(str(path))
+    assert message.startswith("❌ deep") and "nested too deeply" in message, message
+    if suffix == ".jsonl":
+        with pytest.raises(MovieDataError, match="could not be read"):
+            read_films(path)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        rewards_from_rows([[True, "length_target", 1.0, DEEP]])

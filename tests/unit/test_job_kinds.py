@@ -131,6 +131,26 @@ def test_a_hub_push_is_the_third_kind_and_keeps_its_token_out_of_the_run_files(t
             assert "hf_secret_token" not in path.read_text(errors="replace"), path.name
 
 
+def test_a_push_error_that_quotes_the_token_is_written_without_it(tmp_path, monkeypatch):
+    """An error from the Hub may quote the request it refused; push_status.json (which the Runs panel shows)
+    gets it with the token masked."""
+    import signal
+
+    from pipeline import export
+
+    monkeypatch.setenv(export.TOKEN_ENV, "hf_secret_token")
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # the push's SIGTERM handler, not pytest's
+
+    def refused(run_dir, repo_id, token):
+        raise RuntimeError(f"401 Unauthorized for {repo_id} (Authorization: Bearer {token})")
+
+    monkeypatch.setattr(export, "push", refused)
+    assert export.main(["--run-dir", str(tmp_path), "--repo", "me/model"]) == 1
+    status = runs.read_push_status(tmp_path)
+    assert status["state"] == "failed" and "401 Unauthorized for me/model" in status["error"], status
+    assert "hf_secret_token" not in (tmp_path / runs.PUSH_STATUS_FILE).read_text()
+
+
 def test_a_run_being_pushed_is_not_deleted_and_the_runs_panel_shows_the_push(tmp_path, monkeypatch):
     """A push reads the run's merged model while it uploads: Delete refuses the run until the push has ended,
     and the Runs panel's job view says where the push stands (read from push_status.json)."""

@@ -19,13 +19,25 @@ def test_catalog_leads_with_the_bundled_model():
 
 @pytest.mark.parametrize("model_id,fragment", [
     ("", "No model chosen"),
-    ("/no/such/folder", "No model folder"),
-    ("not a model!!", "not a catalog model"),
+    ("{data}/no/such/folder", "No model folder"),
+    ("/no/such/folder", "outside the folders this app reads models from"),
+    ("not a model!!", "is not a hub id"),
 ])
 def test_bad_model_choices_explain_themselves(model_id, fragment):
+    from pipeline.paths import data_dir
+
     with pytest.raises(ModelError) as err:
-        resolve_model(model_id)
+        resolve_model(model_id.format(data=data_dir()))
     assert fragment in str(err.value) and BUNDLED_LABEL in str(err.value) or model_id == ""
+
+
+def test_folder_without_config():
+    from pipeline.paths import data_dir
+
+    folder = data_dir() / "models" / "not-a-model"
+    folder.mkdir(parents=True, exist_ok=True)
+    with pytest.raises(ModelError, match="no config.json"):
+        resolve_model(str(folder))
 
 
 def test_unreachable_hub_id_fails_in_seconds_and_names_offline_default(monkeypatch):
@@ -37,11 +49,6 @@ def test_unreachable_hub_id_fails_in_seconds_and_names_offline_default(monkeypat
         resolve_model("HuggingFaceTB/SmolLM2-360M-Instruct")
     assert time.time() - start < 10
     assert "Can't reach the Hugging Face Hub" in str(err.value) and BUNDLED_LABEL in str(err.value)
-
-
-def test_folder_without_config(tmp_path):
-    with pytest.raises(ModelError, match="no config.json"):
-        resolve_model(str(tmp_path))
 
 
 # Refused on every host, whatever its memory or overcommit policy: the child caps its own address space

@@ -182,6 +182,32 @@ def test_run_names_resolve_only_to_run_folders():
         assert runs.resolve_run(bad) is None, bad
 
 
+BAD_RUN_NAMES = ["bad" + chr(0) + "name", "x" * 300, "../../etc", "/etc/passwd", "a\\b", "tab\tname", 7, ["a"]]
+
+
+@pytest.mark.parametrize("name", BAD_RUN_NAMES)
+def test_every_run_name_entry_point_answers_a_bad_name_with_a_reason(name):
+    """A NUL byte or 300 characters once made the first stat() raise (a 500 with no message in the live poll).
+    One check, runs.run_name_problem, runs before any name reaches the file system."""
+    from pipeline import live
+    from pipeline.generate import ChatModelError, run_for_choice
+    from ui import train
+
+    problem = runs.run_name_problem(name)
+    assert problem and "run name" in problem or "No run picked" in problem, problem
+    assert runs.resolve_run(name) is None
+    shown, action, _ = live.watch_signature(name, name).split("\n", 2)
+    assert shown == action == f"refused: {problem}"
+    view = train.refresh(name, 0, None)
+    assert "data-state='refused'" in view["progress"] and view["sig"] == ("refused", problem)
+    assert train.refresh(name, 0, view["sig"]) == {}  # the next poll sends nothing
+    assert train.stop_training(name) == "Pick a run to stop."
+    assert train.delete_run(name, True) == ("Pick a run to delete.", False)
+    if isinstance(name, str):
+        with pytest.raises(ChatModelError):
+            run_for_choice("run:" + name)
+
+
 def test_the_live_view_redraws_charts_only_when_the_metrics_change(tmp_path, monkeypatch):
     """A growing log between steps updates the header and the log, not the seven charts (each re-draw
     costs the browser CPU that the trainer, on the same machine, needs)."""
