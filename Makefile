@@ -34,8 +34,9 @@ setup-gpu:
 	$(PY) -m pipeline.models --convert-bundled
 	touch $(STAMP)
 
-# What bench/gpu_device_check.sh needs on an offline lent GPU machine (Python 3.12 with torch, transformers,
-# accelerate, but no trl or datasets): their wheels, and the bundled model's config and tokenizer. Into .whl/
+# What bench/gpu_device_check.sh needs on an offline GPU machine (Python 3.12 with torch, transformers,
+# accelerate, but no trl or datasets): their wheels, and the bundled model's config and tokenizer (the tokenizer of
+# every shape it measures; the Qwen shapes' configs are written from pipeline/gpu_memory.py's table). Into .whl/
 # (git-ignored), which the device call carries. Needs the package index and `make setup` done (the bundled model).
 GPU_DEVICE_WHEELS := trl==1.16.0 datasets==5.2.0 peft==0.21.2 dill==0.4.1 multiprocess==0.70.19
 gpu-device-files:
@@ -45,6 +46,7 @@ gpu-device-files:
 	  -d .whl $(GPU_DEVICE_WHEELS)
 	$(PY) bench/gpu_device_check.py skeleton .whl/smollm2-skeleton
 	du -sh .whl
+	@test "$$(du -sm .whl | cut -f1)" -le 60 || { echo ".whl is over 60 MiB: a device call carries at most 64 MiB"; exit 1; }
 
 run: setup
 	$(PY) app.py --host $(HOST) --port $(PORT)

@@ -1,34 +1,68 @@
-"""The Python half of bench/gpu_device_check.sh: the GPU check that runs on an offline lent machine.
+"""The Python half of bench/gpu_device_check.sh: one call on a GPU machine that measures, within a time budget,
 
-    python bench/gpu_device_check.py skeleton OUT        here (needs the bundled model package): the bundled
-                                                          SmolLM2's config and tokenizer, read from its GGUF
-    python bench/gpu_device_check.py model SKELETON OUT   there: a random-weight model of that config
-    python bench/gpu_device_check.py train RUN_DIR        there: one pipeline.train run in this process, with
-                                                          base-weight drift and peak GPU memory in gpu_check.json
-    python bench/gpu_device_check.py summary RUN_DIR NAME one line about a finished run
-    python bench/gpu_device_check.py chat MODEL_DIR       a chat reply from a (merged) model
-    python bench/gpu_device_check.py versus MODEL_DIR     s/step: the pipeline against bench/plain_trl.py, same settings
+  a. where a GRPO step's time goes (generation, the log-prob passes, forward/backward, optimizer, rewards,
+     logging, the rest), for the bundled model's shape and Qwen2.5-0.5B's;
+  b. s/step of this app's pipeline against plain TRL (bench/plain_trl.py), interleaved A/B/A/B, same settings;
+  c. the size table: SmolLM2-135M, Qwen2.5-0.5B, 1.5B and 7B shapes under the GPU standard and GSM8K presets'
+     settings, with and without gradient checkpointing: s/step, completion tokens/s, peak memory, and the
+     memory estimate of pipeline/gpu_memory.py beside it.
 
-The bundled weights (a 98 MB GGUF) do not fit what a call may carry, so the plumbing runs on random weights
-of the same shape: rewards, losses and replies mean nothing; states, timings, memory and drift do.
+    python bench/gpu_device_check.py skeleton OUT             here (needs the bundled model package): the bundled
+                                                               model's config and tokenizer, read from its GGUF
+    python bench/gpu_device_check.py all --skeleton DIR --out DIR [--deadline EPOCH] [--parts abc] [--engine E]
+                                                               there: the three parts; --cpu-smoke runs the same
+                                                               code on the CPU with tiny shapes, 1 step a row
+    python bench/gpu_device_check.py row SPEC.json            one size-table row in a fresh process (used by `all`)
+
+Every model is random weights of a real shape (the weights do not fit what a call may carry; the bundled tokenizer
+serves every shape), so rewards and replies mean nothing; times and memory do. The prompts are the bundled TL;DR
+ones (the longest is 251 tokens) for every row, with the length + diversity reward pair (no embedder).
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import gc
 import json
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pipeline.gpu_memory import GIB, KNOWN_SHAPES, ModelShape, estimate, settings_from_config  # noqa: E402
+
 # Seed 000's pair: neither needs the sentence embedder (post_similarity would).
 SEED_000_REWARDS = [{"name": "length_target", "weight": 1.0, "params": {"target": 50, "unit": "chars"}},
                     {"name": "token_diversity", "weight": 1.0, "params": {}}]
+
+# name -> (shape, transformers model type); the bundled model is a Llama, Qwen2.5 a Qwen2 (biases on q, k, v).
+SHAPES = {
+    "SmolLM2-135M": (KNOWN_SHAPES["HuggingFaceTB/SmolLM2-135M-Instruct"], "llama"),
+    "Qwen2.5-0.5B": (KNOWN_SHAPES["Qwen/Qwen2.5-0.5B-Instruct"], "qwen2"),
+    "Qwen2.5-1.5B": (KNOWN_SHAPES["Qwen/Qwen2.5-1.5B-Instruct"], "qwen2"),
+    "Qwen2.5-7B": (KNOWN_SHAPES["Qwen/Qwen2.5-7B-Instruct"], "qwen2"),
+}
+# --cpu-smoke: the same code on shapes a CPU trains in seconds (the bundled tokenizer's vocabulary).
+SMOKE_SHAPES = {
+    "tiny-llama": (ModelShape(64, 2, 4, 2, 128, 49152, True, False), "llama"),
+    "tiny-qwen2": (ModelShape(64, 2, 4, 2, 128, 49152, True, True), "qwen2"),
+}
+# The presets' settings a size-table row takes (pipeline/config.py: PRESETS); the rest are the defaults.
+PRESET_FIELDS = ("num_generations", "batch_size", "learning_rate", "max_completion_length", "gradient_checkpointing",
+                 "lora_r", "lora_alpha", "fast_engine", "lr_scheduler", "warmup_steps", "scale_rewards")
+PRESET_NAMES = {"GPU standard": "GPU standard", "GSM8K": "GSM8K on GPU: Qwen2.5-0.5B-Instruct"}
+
+
+# ---- models of a real shape, random weights -------------------------------------------------------------------
 
 
 def skeleton(out: Path) -> None:
@@ -47,171 +81,518 @@ def skeleton(out: Path) -> None:
     print(f"skeleton of the bundled model in {out}: {sorted(p.name for p in out.iterdir())}")
 
 
-def random_model(skeleton_dir: Path, out: Path) -> None:
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+def model_folder(name: str, shapes: dict, skeleton_dir: Path, work: Path, weights: bool) -> Path:
+    """A model folder of shape `name`: config.json and the bundled tokenizer, plus random weights when `weights`
+    (a run in another process loads them). Without weights, `random_weights_loader` builds them in memory."""
+    shape, model_type = shapes[name]
+    out = work / "models" / name
+    if (out / "config.json").exists() and (not weights or any(out.glob("*.safetensors"))):
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    base = json.loads((skeleton_dir / "config.json").read_text())
+    config = {k: v for k, v in base.items() if k in ("bos_token_id", "eos_token_id", "pad_token_id", "rms_norm_eps",
+                                                      "max_position_embeddings", "rope_theta", "hidden_act")}
+    config.update({"model_type": model_type, "architectures": ["Qwen2ForCausalLM" if model_type == "qwen2"
+                                                               else "LlamaForCausalLM"],
+                   "hidden_size": shape.hidden, "num_hidden_layers": shape.layers,
+                   "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads,
+                   "intermediate_size": shape.intermediate, "vocab_size": shape.vocab,
+                   "tie_word_embeddings": shape.tied, "hidden_act": "silu", "max_position_embeddings": 32768})
+    if model_type == "llama":
+        config["attention_bias"] = shape.qkv_bias
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    for f in skeleton_dir.iterdir():
+        if f.name not in ("config.json", "generation_config.json") and f.is_file():
+            shutil.copy(f, out / f.name)
+    if weights:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
 
-    torch.manual_seed(0)
-    config = AutoConfig.from_pretrained(skeleton_dir)
-    layers = int(os.environ.get("GPU_CHECK_LAYERS", "0"))  # a CPU smoke run uses fewer
-    if layers:
-        config.num_hidden_layers = layers
-    model = AutoModelForCausalLM.from_config(config)
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(skeleton_dir).save_pretrained(out)
-    n = sum(p.numel() for p in model.parameters())
-    print(f"random-weight {config.model_type} model, {config.num_hidden_layers} layers, {n / 1e6:.0f}M parameters, "
-          f"in {out}")
+        hf_logging.disable_progress_bar()
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(out), dtype=torch.bfloat16)
+        model.save_pretrained(out)
+        del model
+    return out
 
 
-def base_weights(model) -> dict:
-    """The frozen weights a merge writes into, copied to the CPU."""
-    return {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if "base_layer" in n}
+class random_weights_loader:
+    """Within the block, AutoModelForCausalLM.from_pretrained builds random weights of the folder's config straight
+    on the device asked for (no weights on disk: a 7B model would take minutes to write and read)."""
+
+    def __enter__(self):
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        self.cls, self.original = AutoModelForCausalLM, AutoModelForCausalLM.from_pretrained
+
+        def build(path, *args, dtype=None, device_map=None, quantization_config=None, **kwargs):
+            if quantization_config is not None:
+                raise RuntimeError("random weights are not quantized: QLoRA rows are not part of this check")
+            device = "cuda" if device_map is not None else "cpu"
+            torch.manual_seed(0)
+            with torch.device(device):
+                return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=dtype)
+
+        AutoModelForCausalLM.from_pretrained = build
+        return self
+
+    def __exit__(self, *exc):
+        self.cls.from_pretrained = self.original
 
 
-def drift(before: dict, model) -> dict:
-    after = dict(model.named_parameters())
-    changed = sum(int((after[n].detach().cpu() != w).sum()) for n, w in before.items())
-    total = sum(w.numel() for w in before.values())
-    worst = max((float((after[n].detach().cpu().float() - w.float()).abs().max()) for n, w in before.items()),
-                default=0.0)
-    return {"changed": changed, "total": total, "share": changed / max(total, 1), "max_abs": worst}
+# ---- one pipeline run in this process ------------------------------------------------------------------------
 
 
-def train(run_dir: Path) -> int:
-    """pipeline.train's own entry point in this process, so the trainer's model can be read after it is built and
-    again after the last step (before the final merge, which folds the adapter into it for good)."""
+class RowTimeout(Exception):
+    pass
+
+
+def run_config(model_dir: Path, fields: dict, steps: int) -> dict:
+    from pipeline.config import RunConfig
+
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    cfg = {"model": str(model_dir), "max_steps": steps, "save_steps": 10_000, "merge_at_end": False,
+           "probe_every": 0, "rewards": SEED_000_REWARDS, **fields}
+    dropped = sorted(set(cfg) - known)  # e.g. generation_engine on a checkout without it
+    return {k: v for k, v in cfg.items() if k in known}, dropped
+
+
+def train_here(run_dir: Path, cfg_dict: dict, seconds: float, on_trainer=None) -> dict:
+    """pipeline.train.run_training in this process on random weights, stopped by an alarm after `seconds`.
+    Returns state, step times, completion lengths and peak memory; an out-of-memory is a result, not a crash."""
     import torch
 
     import pipeline.train as trainer_module
+    from pipeline import runs
+    from pipeline.models import is_out_of_memory
 
-    result: dict = {}
-    seen: dict = {}
-    build, save = trainer_module.build_trainer, trainer_module.save_and_merge
+    run_dir.mkdir(parents=True, exist_ok=True)
+    runs.write_json_atomic(run_dir / "config.json", cfg_dict)
+    cuda = torch.cuda.is_available()
+    build = trainer_module.build_trainer
 
-    def build_and_snapshot(*args, **kwargs):
+    def build_and_hook(*args, **kwargs):
+        from transformers.trainer_callback import PrinterCallback
+
         trainer = build(*args, **kwargs)
-        seen["before"] = base_weights(trainer.model)
+        trainer.remove_callback(PrinterCallback)  # the trainer's own dict of logs on stdout, every step
+        if on_trainer:
+            on_trainer(trainer)
         return trainer
 
-    def measure_then_save(trainer, *args, **kwargs):
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        if "before" in seen:
-            result["base_dtype"] = ",".join(sorted({str(w.dtype) for w in seen["before"].values()}))
-            result["drift_whole_run"] = drift(seen["before"], model)
-            # For contrast, what the engine did before issue 20's fix: PEFT's in-place round trip on the trained
-            # adapter; the weights are put back afterwards, so the merged model is the run's own.
-            kept = base_weights(model)
-            with torch.no_grad():
-                for _ in range(10):
-                    model.merge_adapter()
-                    model.unmerge_adapter()
-                result["drift_peft_in_place_10_cycles"] = drift(kept, model)
-                params = dict(model.named_parameters())
-                for name, weight in kept.items():
-                    params[name].copy_(weight)
-        return save(trainer, *args, **kwargs)
+    def alarm(signum, frame):
+        raise RowTimeout
 
-    trainer_module.build_trainer, trainer_module.save_and_merge = build_and_snapshot, measure_then_save
-    cuda = torch.cuda.is_available()
+    result = {"state": None}
     if cuda:
+        gc.collect()
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    result["exit_code"] = code = trainer_module.main(["--run-dir", str(run_dir)])
-    if cuda:
-        result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        result["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
-    (run_dir / "gpu_check.json").write_text(json.dumps(result, indent=2))
-    return code
-
-
-def summary(run_dir: Path, name: str) -> int:
-    from pipeline import runs
-
-    status, metrics = runs.read_status(run_dir), runs.read_metrics(run_dir)
-    extra = json.loads((run_dir / "gpu_check.json").read_text()) if (run_dir / "gpu_check.json").exists() else {}
-    steps = [r["step_seconds"] for r in metrics[1:]] or [float("nan")]
-    line = (f"{name}: {status.get('state')} at step {status.get('step')}, {status.get('device')} "
-            f"{status.get('precision')}, median {statistics.median(steps):.2f} s/step after the first, "
-            f"reward {metrics[0]['reward'] if metrics else None} -> {metrics[-1]['reward'] if metrics else None}")
-    if "peak_allocated_gib" in extra:
-        line += f", peak GPU memory {extra['peak_allocated_gib']:.2f} GiB allocated ({extra['peak_reserved_gib']:.2f} reserved)"
-    if status.get("device_warning"):
-        line += f"; DEVICE WARNING: {status['device_warning']}"
-    if status.get("error"):
-        line += f"; error: {status['error']}"
-    print(line)
-    for key, label in (("drift_whole_run", "base-weight drift over the whole run (fast engine)"),
-                       ("drift_peft_in_place_10_cycles", "for contrast, PEFT's in-place merge/unmerge x10")):
-        if key in extra:
-            d = extra[key]
-            print(f"  {label}: {d['changed']} of {d['total']} base entries changed ({d['share']:.2%}), "
-                  f"max |change| {d['max_abs']:.3g} ({extra.get('base_dtype')})")
-    return 0 if status.get("state") == "finished" else 1
-
-
-def chat(model_dir: Path) -> None:
-    import time
-
-    from pipeline.generate import generate_batch
-    from pipeline.models import load_model
-
-    model, tokenizer = load_model(str(model_dir))
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(max(int(seconds), 1))
+    trainer_module.build_trainer = build_and_hook
     t0 = time.time()
-    reply = generate_batch(model, tokenizer, [[{"role": "user", "content": "Why do leaves change colour?"}]],
-                           max_new_tokens=32)[0]
-    print(f"chat from {model_dir.name} on {model.device}, {model.dtype} ({time.time() - t0:.1f} s; random weights, "
-          f"so the words mean nothing): {reply[:160]!r}")
+    try:
+        with random_weights_loader():
+            result["state"] = trainer_module.run_training(run_dir)
+    except RowTimeout:
+        result["state"] = "timed out"
+    except Exception as exc:  # noqa: BLE001 - an out-of-memory is a row of the table
+        result["state"] = "OOM" if is_out_of_memory(exc) else "failed"
+        if result["state"] == "failed":
+            result["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        exc.__traceback__ = None  # frames holding tensors go with it
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        trainer_module.build_trainer = build
+    result["wall_s"] = time.time() - t0
+    metrics = runs.read_metrics(run_dir)
+    result["step_seconds"] = [m["step_seconds"] for m in metrics]
+    result["completion_lengths"] = [m["completion_length"] for m in metrics]
+    if cuda:
+        result["peak_allocated"] = torch.cuda.max_memory_allocated()
+        result["peak_reserved"] = torch.cuda.max_memory_reserved()
+        gc.collect()
+        torch.cuda.empty_cache()
+        result["left_allocated"] = torch.cuda.memory_allocated()  # a leak would count in the next row's peak
+    return result
 
 
-def versus(model_dir: Path, steps: int, precision: str) -> None:
-    """The pipeline (fast engine) and bench/plain_trl.py, one run each, same settings; bench/train_step.py's
-    measure: wall time between consecutive logged steps, the first step left out."""
+def steady(values: list[float]) -> float | None:
+    """The median after the first (warm-up) value; the first when it is the only one."""
+    if not values:
+        return None
+    return statistics.median(values[1:]) if len(values) > 1 else values[0]
+
+
+# ---- a. where a step's time goes ----------------------------------------------------------------------------
+
+
+class StepProfile:
+    """Inclusive seconds per trainer method, with torch.cuda.synchronize() at each boundary (so GPU work is billed
+    to the method that queued it; this slows the step a little, which is why only this part does it)."""
+
+    WRAPPED = {"_generate_single_turn": "generation", "_calculate_rewards": "rewards",
+               "_generate_and_score_completions": "generate-and-score", "_prepare_inputs": "prepare inputs",
+               "compute_loss": "loss forward", "training_step": "training step", "log": "logging"}
+
+    def __init__(self):
+        self.totals: dict[str, float] = {}
+        self.counting = False
+        self.begin = None
+        self.steps: list[float] = []
+
+    def sync(self):
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    def add(self, label: str, seconds: float):
+        if self.counting:
+            self.totals[label] = self.totals.get(label, 0.0) + seconds
+
+    def wrap(self, trainer, method: str, label: str):
+        import torch
+
+        inner = getattr(trainer, method)
+
+        def timed(*args, **kwargs):
+            self.sync()
+            t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.sync()
+                name = label
+                if method == "_get_per_token_logps_and_entropies":
+                    name = "log-probs, policy (in the loss)" if torch.is_grad_enabled() else \
+                        "log-probs, reference/old (no grad)"
+                self.add(name, time.perf_counter() - t0)
+                if method == "log":
+                    self.end_step()
+
+        setattr(trainer, method, timed)
+
+    def install(self, trainer):
+        from transformers import TrainerCallback
+
+        for method, label in self.WRAPPED.items():
+            self.wrap(trainer, method, label)
+        self.wrap(trainer, "_get_per_token_logps_and_entropies", "")
+        profile = self
+
+        class Marks(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kw):
+                profile.sync()
+                profile.begin = time.perf_counter()
+                profile.counting = state.global_step >= 1  # the first step is warm-up
+
+            def on_pre_optimizer_step(self, args, state, control, **kw):
+                profile.sync()
+                self.t_opt = time.perf_counter()
+
+            def on_optimizer_step(self, args, state, control, **kw):
+                profile.sync()
+                profile.add("optimizer", time.perf_counter() - self.t_opt)
+
+        trainer.add_callback(Marks())
+
+    def end_step(self):
+        """A step ends once its logs are written (the trainer logs after on_step_end)."""
+        if self.begin is not None and self.counting:
+            self.steps.append(time.perf_counter() - self.begin)
+        self.begin = None
+
+    def table(self) -> list[tuple[str, float]]:
+        t, n = self.totals, max(len(self.steps), 1)
+        get = lambda k: t.get(k, 0.0)
+        step = sum(self.steps)
+        rows = [
+            ("generation", get("generation")),
+            ("log-probs, reference/old (no grad)", get("log-probs, reference/old (no grad)")),
+            ("rewards", get("rewards")),
+            ("scoring rest: decoding text, advantages, host syncs",
+             get("generate-and-score") - get("generation") - get("log-probs, reference/old (no grad)")
+             - get("rewards")),
+            ("loss forward (policy log-probs inside)", get("loss forward")),
+            ("  of which policy log-probs", get("log-probs, policy (in the loss)")),
+            ("backward", get("training step") - get("prepare inputs") - get("loss forward")),
+            ("optimizer (clip, step)", get("optimizer")),
+            ("logging (metrics, groups)", get("logging")),
+        ]
+        accounted = sum(v for k, v in rows if not k.startswith("  ")) + (get("prepare inputs")
+                                                                          - get("generate-and-score"))
+        rows.append(("other: batch slicing, data, scheduler, callbacks", step - accounted))
+        return [(k, v / n) for k, v in rows] + [("step (wall, synchronised)", step / n)]
+
+
+def part_profile(ctx) -> None:
+    print("\n== a. where a GRPO step's time goes (synchronised at each boundary; the first step left out)")
+    for name in ctx.profile_shapes:
+        if ctx.left() < 30:
+            print(f"{name}: skipped, the time budget is spent")
+            continue
+        folder = model_folder(name, ctx.shapes, ctx.skeleton, ctx.work, weights=False)
+        cfg, dropped = run_config(folder, {**ctx.ab_fields, **ctx.engine_field}, ctx.profile_steps)
+        profile = StepProfile()
+        t0 = time.time()
+        result = train_here(ctx.work / f"profile-{name}", cfg, min(ctx.left() - 5, ctx.part_cap),
+                            on_trainer=profile.install)
+        print(f"-- {name}: {result['state']}, {len(profile.steps)} step(s) profiled in {time.time() - t0:.0f} s; "
+              f"G={cfg['num_generations']}, batch {cfg['batch_size']}, {cfg['max_completion_length']} tokens, "
+              f"precision {ctx.precision}" + (f" (no {', '.join(dropped)} field here)" if dropped else ""))
+        if result.get("error"):
+            print(f"   error: {result['error']}")
+        if not profile.steps:
+            continue
+        step = profile.table()[-1][1]
+        for label, seconds in profile.table():
+            print(f"   {label:<52} {seconds:8.3f} s  {seconds / step:6.1%}")
+        ctx.record("profile", {"shape": name, "config": cfg, "state": result["state"],
+                               "seconds_per_step": dict(profile.table())})
+
+
+# ---- b. pipeline vs plain TRL, interleaved ---------------------------------------------------------------------
+
+
+def part_versus(ctx) -> None:
     from bench.train_step import run_pipeline, run_plain
     from pipeline.config import RunConfig
     from pipeline.data import load_dataset_split
 
-    cfg = RunConfig.from_dict({"model": str(model_dir), "max_steps": steps, "save_steps": 10_000,
-                               "merge_at_end": False, "probe_every": 0, "precision": precision,
-                               "rewards": SEED_000_REWARDS})
-    train_rows, _ = load_dataset_split(cfg.dataset, cfg.seed)
-    work = Path(tempfile.mkdtemp(prefix="gpu-versus-"))
-    prompts = work / "prompts.json"
-    prompts.write_text(json.dumps([r["prompt"] for r in train_rows]))
+    print("\n== b. s/step, this app's pipeline vs plain TRL (HF generate), interleaved A/B/A/B, same settings; "
+          "a step is the wall time between consecutive logged steps, the first left out")
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    threads = os.cpu_count() or 1
+    setups = {}
+    for name in ctx.versus_shapes:
+        folder = model_folder(name, ctx.shapes, ctx.skeleton, ctx.work, weights=True)
+        fields, dropped = run_config(folder, {**ctx.ab_fields, **ctx.engine_field, "precision": ctx.precision},
+                                     ctx.versus_steps)
+        setups[name] = (folder, fields, dropped, RunConfig.from_dict(fields), {"pipeline": [], "plain TRL": []})
+    prompts = ctx.work / "prompts.json"
+    cfg0 = next(iter(setups.values()))[3]
+    prompts.write_text(json.dumps([r["prompt"] for r in load_dataset_split(cfg0.dataset, cfg0.seed)[0]]))
+    # round by round, each shape's A then B: when the budget runs out, every shape has had its first pair
+    for i in range(ctx.rounds):
+        for name, (folder, fields, dropped, cfg, sides) in setups.items():
+            for side in sides:
+                if ctx.left() < 40:
+                    print(f"{name} round {i + 1} {side}: skipped, the time budget is spent")
+                    continue
+                t0 = time.time()
+                try:
+                    if side == "pipeline":
+                        r = run_pipeline(cfg, ctx.work, f"versus-{name}-{i}", env)
+                    else:
+                        r = run_plain(cfg, folder, prompts, ctx.work, f"plain-{name}-{i}", env, threads)
+                except subprocess.CalledProcessError as exc:
+                    print(f"{name} round {i + 1} {side}: failed ({exc}); logs under {ctx.work}")
+                    continue
+                sides[side].append(r)
+                print(f"{name} round {i + 1} {side}: {r['seconds'] / max(r['steps'], 1):.3f} s/step, "
+                      f"{r['tokens'] / max(r['steps'], 1):.0f} completion tokens/step ({time.time() - t0:.0f} s wall)")
+    for name, (folder, fields, dropped, cfg, sides) in setups.items():
+        done = {side: rs for side, rs in sides.items() if rs and sum(r["steps"] for r in rs)}
+        if len(done) < 2:
+            print(f"{name}: no complete A/B pair")
+            continue
+        per_step = {s: sum(r["seconds"] for r in rs) / sum(r["steps"] for r in rs) for s, rs in done.items()}
+        per_tok = {s: sum(r["seconds"] for r in rs) / max(sum(r["tokens"] for r in rs), 1) for s, rs in done.items()}
+        print(f"{name}, {ctx.precision}, G={cfg.num_generations}, batch {cfg.batch_size}, "
+              f"{cfg.max_completion_length} tokens, {len(done['pipeline'])}+{len(done['plain TRL'])} runs: s/step "
+              f"pipeline {per_step['pipeline']:.3f}, plain TRL {per_step['plain TRL']:.3f}, ratio "
+              f"{per_step['pipeline'] / per_step['plain TRL']:.3f}; per completion token ratio "
+              f"{per_tok['pipeline'] / per_tok['plain TRL']:.3f}"
+              + (f" (engine setting ignored: no {', '.join(dropped)} field here)" if dropped else ""))
+        ctx.record("versus", {"shape": name, "config": fields, "rounds": sides, "s_per_step": per_step})
+
+
+# ---- c. the size table ---------------------------------------------------------------------------------------
+
+
+def size_rows(ctx) -> list[dict]:
+    """Every (shape, preset, checkpointing) row, each with the estimate: the presets' own setting (checkpointing on)
+    first, then the others that the estimate says fit, then those it says do not (run last, to see the OOM)."""
+    from pipeline.config import PRESETS, RunConfig
+
+    rows = []
+    for preset, full_name in PRESET_NAMES.items():
+        for name in ctx.size_shapes:
+            for checkpointing in (True, False):
+                fields = {k: PRESETS[full_name][k] for k in PRESET_FIELDS if k in PRESETS[full_name]}
+                fields.update(gradient_checkpointing=checkpointing, precision=ctx.precision, **ctx.engine_field)
+                if ctx.smoke:  # a CPU cannot take the presets' batches in seconds: 1 prompt, 8 tokens
+                    fields.update(batch_size=fields["num_generations"], max_completion_length=8)
+                folder = ctx.work / "models" / name
+                cfg_dict, _ = run_config(folder, fields, ctx.size_steps)
+                shape = ctx.shapes[name][0]
+                est = estimate(shape, settings_from_config(RunConfig.from_dict(cfg_dict), ctx.precision, 251))
+                fits = est.total <= ctx.card_total if ctx.card_total else True
+                rows.append({"shape": name, "preset": preset, "checkpointing": checkpointing, "config": cfg_dict,
+                             "estimate": est, "order": (0 if checkpointing else 1 if fits else 2)})
+    return sorted(rows, key=lambda r: r["order"])
+
+
+def part_size_table(ctx) -> None:
+    print(f"\n== c. size table: {ctx.size_steps} step(s) a row; random weights, TL;DR prompts (longest 251 tokens), "
+          f"precision {ctx.precision}; estimate = pipeline/gpu_memory.py (allocated by tensors / on the card)")
+    header = (f"{'shape':<13} {'preset':<13} {'ckpt':<4} {'state':<10} {'s/step':>7} {'tok/s':>7} {'peak alloc':>10} "
+              f"{'reserved':>9} {'estimate':>9} {'error':>7} {'est. card':>9}")
+    print(header)
+    for row in size_rows(ctx):
+        est = row["estimate"]
+        label = f"{row['shape']:<13} {row['preset']:<13} {'on' if row['checkpointing'] else 'off':<4}"
+        if ctx.left() < ctx.min_row_s:
+            print(f"{label} skipped (time budget spent); estimate {est.allocated / GIB:.2f} GiB allocated, "
+                  f"{est.total / GIB:.2f} GiB on the card")
+            continue
+        model_folder(row["shape"], ctx.shapes, ctx.skeleton, ctx.work, weights=False)
+        seconds = min(ctx.left() - 10, ctx.row_cap)
+        if ctx.isolate:
+            r = run_row_in_child(ctx, row, seconds)
+        else:
+            run_dir = ctx.work / f"size-{row['shape']}-{row['preset'].replace(' ', '_')}-{row['checkpointing']}"
+            r = train_here(run_dir, row["config"], seconds)
+        cfg = row["config"]
+        s_step = steady(r.get("step_seconds") or [])
+        lengths = r.get("completion_lengths") or []
+        tok_s = (steady(lengths) * cfg["batch_size"] / s_step) if s_step and lengths and steady(lengths) else None
+        peak, reserved = r.get("peak_allocated"), r.get("peak_reserved")
+        error = f"{(est.allocated - peak) / peak:+.0%}" if peak else "n/a"
+        print(f"{label} {r['state']:<10} {fmt(s_step, '.2f'):>7} {fmt(tok_s, '.0f'):>7} {fmt_gib(peak):>10} "
+              f"{fmt_gib(reserved):>9} {fmt_gib(est.allocated):>9} {error:>7} {fmt_gib(est.total):>9}"
+              + (f"  {r['error']}" if r.get("error") else "")
+              + (f"  ({fmt_gib(r['left_allocated'])} still allocated after it)"
+                 if r.get("left_allocated", 0) > 0.25 * GIB else ""))
+        ctx.record("size", {**{k: v for k, v in row.items() if k != "estimate"}, "result": r,
+                            "estimate": {"allocated": est.allocated, "reserved": est.reserved, "total": est.total,
+                                         "peak_phase": est.peak_phase, "terms": est.breakdown()}})
+
+
+def run_row_in_child(ctx, row: dict, seconds: float) -> dict:
+    """A size-table row in a fresh process: each starts with an empty card, and an OOM or a hang can't spoil the
+    rows after it."""
+    spec = ctx.work / f"row-{row['shape']}-{row['preset'].replace(' ', '_')}-{row['checkpointing']}.json"
+    spec.write_text(json.dumps({"run_dir": str(spec.with_suffix("")), "config": row["config"], "seconds": seconds}))
     try:
-        p = run_pipeline(cfg, work, "pipeline", env)
-        q = run_plain(cfg, model_dir, prompts, work, "plain", env, threads=os.cpu_count() or 1)
-    except subprocess.CalledProcessError as exc:
-        print(f"s/step comparison failed: {exc}; logs in {work}")
-        raise SystemExit(1)
-    ps, qs = p["seconds"] / p["steps"], q["seconds"] / q["steps"]
-    pt, qt = p["seconds"] / p["tokens"], q["seconds"] / q["tokens"]
-    print(f"s/step, {precision}, G={cfg.num_generations}, batch {cfg.batch_size}, {cfg.max_completion_length} tokens, "
-          f"{steps} steps (first left out): pipeline {ps:.3f}, plain TRL {qs:.3f}, ratio {ps / qs:.3f}; "
-          f"ms/completion token: pipeline {pt * 1000:.2f}, plain TRL {qt * 1000:.2f}, ratio {pt / qt:.3f}")
+        proc = subprocess.run([sys.executable, __file__, "row", str(spec)], capture_output=True, text=True,
+                              timeout=seconds + 60, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"state": "timed out"}
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("ROW ")]
+    if not lines:
+        return {"state": "failed", "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or "no output"}
+    return json.loads(lines[-1][4:])
+
+
+def row(spec_path: Path) -> int:
+    spec = json.loads(spec_path.read_text())
+    result = train_here(Path(spec["run_dir"]), spec["config"], spec["seconds"])
+    print("ROW " + json.dumps(result))
+    return 0
+
+
+def fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def fmt_gib(value) -> str:
+    return "-" if not value else f"{value / GIB:.2f}G"
+
+
+# ---- the whole call ------------------------------------------------------------------------------------------
+
+
+class Context:
+    def __init__(self, a):
+        import torch
+
+        self.smoke = a.cpu_smoke
+        self.start = time.time()
+        self.deadline = a.deadline or self.start + a.budget
+        self.skeleton, self.out = Path(a.skeleton), Path(a.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.work = Path(tempfile.mkdtemp(prefix="gpu-device-check-"))
+        self.shapes = SMOKE_SHAPES if self.smoke else SHAPES
+        names = list(self.shapes)
+        self.profile_shapes = names[:2]
+        self.versus_shapes = names[:2]
+        self.size_shapes = names
+        self.precision = "fp32" if self.smoke or not torch.cuda.is_available() else "bf16"
+        self.card_total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
+        self.engine_field = {"generation_engine": a.engine} if a.engine else {}
+        # part b's settings (and a's): the bundled shape at G=8 and 128 completion tokens, 2 prompts a step
+        self.ab_fields = {"num_generations": 8, "batch_size": 16, "max_completion_length": 128}
+        if self.smoke:
+            self.ab_fields = {"num_generations": 4, "batch_size": 4, "max_completion_length": 8}
+        self.profile_steps = 2 if self.smoke else 3
+        self.versus_steps = 2 if self.smoke else a.versus_steps
+        self.rounds = a.rounds
+        self.size_steps = 1 if self.smoke else 2
+        self.part_cap, self.row_cap, self.min_row_s = (120, 120, 20) if self.smoke else (150, 150, 30)
+        self.isolate = a.isolate
+        self.results: dict[str, list] = {"profile": [], "versus": [], "size": []}
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def record(self, part: str, item: dict) -> None:
+        self.results[part].append(item)
+        (self.out / "gpu-device-check.json").write_text(json.dumps(self.results, indent=1, default=str))
+
+
+def run_all(a) -> int:
+    ctx = Context(a)
+    parts = {"a": part_profile, "b": part_versus, "c": part_size_table}
+    print(f"work folder {ctx.work}; {ctx.left():.0f} s of budget" + ("; CPU smoke run: tiny shapes, nothing here "
+                                                                     "says anything about a GPU" if ctx.smoke else ""))
+    whole = ctx.deadline
+    for n, key in enumerate(a.parts):
+        t0 = time.time()
+        # a and b have caps of their own when parts come after them; the last part takes what is left
+        cap = {"a": a.budget_a, "b": a.budget_b or 0.45 * (whole - t0)}.get(key) if a.parts[n + 1:] else None
+        ctx.deadline = min(whole, t0 + cap) if cap else whole
+        parts[key](ctx)
+        print(f"-- part {key}: {time.time() - t0:.0f} s; {time.time() - ctx.start:.0f} s since the start")
+    ctx.deadline = whole
+    print(f"results: {ctx.out / 'gpu-device-check.json'}")
+    return 0
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
+    if not argv or argv[0] not in ("skeleton", "all", "row"):
         print(__doc__)
         return 2
-    cmd, args = argv[0], argv[1:]
-    if cmd == "skeleton":
-        skeleton(Path(args[0]))
-    elif cmd == "model":
-        random_model(Path(args[0]), Path(args[1]))
-    elif cmd == "train":
-        return train(Path(args[0]))
-    elif cmd == "summary":
-        return summary(Path(args[0]), args[1])
-    elif cmd == "chat":
-        chat(Path(args[0]))
-    elif cmd == "versus":
-        versus(Path(args[0]), int(args[1]) if len(args) > 1 else 10, args[2] if len(args) > 2 else "bf16")
-    else:
-        print(__doc__)
-        return 2
-    return 0
+    if argv[0] == "skeleton":
+        skeleton(Path(argv[1]))
+        return 0
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renames, once per run
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if argv[0] == "row":
+        return row(Path(argv[1]))
+    p = argparse.ArgumentParser(prog="gpu_device_check.py all")
+    p.add_argument("--skeleton", required=True, help="the bundled model's config and tokenizer (make gpu-device-files)")
+    p.add_argument("--out", required=True, help="folder for gpu-device-check.json")
+    p.add_argument("--deadline", type=float, default=0, help="epoch seconds by which to be done (else --budget)")
+    p.add_argument("--budget", type=float, default=540, help="seconds for all parts")
+    p.add_argument("--budget-a", type=float, default=90, help="seconds for part a")
+    p.add_argument("--budget-b", type=float, default=0, help="seconds for part b (0 = 45%% of what a left)")
+    p.add_argument("--parts", default="abc", help="which parts, in order: a profile, b versus, c size table")
+    p.add_argument("--engine", default="", help="generation_engine for the pipeline runs (auto, eager, ...), when "
+                                                "the checkout's RunConfig has that field")
+    p.add_argument("--rounds", type=int, default=2, help="A/B rounds in part b")
+    p.add_argument("--versus-steps", type=int, default=3, help="steps of each part b run (the first left out)")
+    p.add_argument("--isolate", action="store_true", help="each size-table row in a fresh process (slower to start, "
+                                                          "but an OOM or a leak can't touch the next row)")
+    p.add_argument("--cpu-smoke", action="store_true", help="the same code on the CPU: tiny shapes, 1 step a row")
+    return run_all(p.parse_args(argv[1:]))
 
 
 if __name__ == "__main__":

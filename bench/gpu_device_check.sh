@@ -1,48 +1,49 @@
 #!/usr/bin/env bash
-# The GPU path, checked on an offline lent GPU machine (issue 20). Those machines have Python 3.12 with torch
-# 2.11 + CUDA 13, transformers 5.17, peft, accelerate and sentence-transformers, but no trl, datasets, gradio,
-# lancedb, vllm or bitsandbytes, and no network; a call carries at most 64 MiB. So:
+# One call on an offline GPU machine (Python 3.12 with torch + CUDA, transformers, peft, accelerate, but no trl or
+# datasets, no network, at most 64 MiB carried, 10 minutes a command), timed to end within GPU_CHECK_BUDGET
+# seconds (default 570) of its start:
+#   a. where a GRPO step's time goes, for the bundled model's shape and Qwen2.5-0.5B's;
+#   b. s/step of this app's pipeline against plain TRL (bench/plain_trl.py), interleaved A/B/A/B, same settings;
+#   c. the size table (SmolLM2-135M, Qwen2.5-0.5B/1.5B/7B shapes; GPU standard and GSM8K presets; gradient
+#      checkpointing on and off): s/step, tokens/s, peak memory, and pipeline/gpu_memory.py's estimate beside it.
+# Rows that do not fit the time left are printed as skipped; an out-of-memory is a row that says OOM.
 #   1. here, once (network):  make gpu-device-files
 #      -> .whl/ (git-ignored): the wheels they lack (trl, datasets, peft, dill, multiprocess) and
 #         .whl/smollm2-skeleton/, the bundled model's config and tokenizer read from its GGUF (no weights)
 #   2. there, with .whl carried:  bash bench/gpu_device_check.sh 2>&1 | tee $OUT/gpu-device-check.txt
-#      then commit the output as bench/results/gpu-device-check-DATE.txt
-# It fails at once, saying so, where torch sees no CUDA GPU. On a GPU it builds a random-weight model of the
-# bundled model's shape (its 98 MB GGUF does not fit a call) and prints, on seed 000's two rewards (no
-# embedder): 10 steps with precision auto (bf16 on Ampere and later) and the fast engine, with the frozen base
-# weights compared before and after (and, for contrast, PEFT's in-place merge/unmerge); 10 steps in fp16;
-# gradient checkpointing; a chat reply from the merged model; s/step against bench/plain_trl.py on the same
-# settings; peak GPU memory per run. Exit status 0 only if every part worked.
-# GPU_CHECK_SMOKE=1 runs the same plumbing on a CPU (2 layers, 2 steps, fp32, no fp16 run): a check of this
-# script, not of the GPU path.
+#      (gpu-device-check.json lands in $OUT too); commit them as bench/results/gpu-device-check-DATE.txt/.json
+# Options travel as environment variables: GPU_CHECK_PARTS (abc), GPU_CHECK_ENGINE (the RunConfig field
+# generation_engine for the pipeline runs, when the checkout has it), GPU_CHECK_ARGS (more flags for the .py).
+# It fails at once, saying so, where torch sees no CUDA GPU. GPU_CHECK_SMOKE=1 runs the same code on a CPU with tiny
+# shapes and 1 step a row: a check of this script, not of the GPU path.
 set -uo pipefail
+START=$(date +%s)
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 PY="${PY:-python3}"
-STEPS="${GPU_CHECK_STEPS:-10}"
 SMOKE="${GPU_CHECK_SMOKE:-0}"
+BUDGET="${GPU_CHECK_BUDGET:-570}"
+OUT_DIR="${OUT:-$ROOT/bench/out}"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
-fail=0
 
 echo "== gpu_device_check $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 # 1. A CUDA GPU, before anything else (a CPU box stops here, in a second or two).
 if [ "$SMOKE" = 1 ]; then
-  echo "GPU_CHECK_SMOKE=1: plumbing check on whatever device torch has; nothing here says anything about a GPU."
-  STEPS="${GPU_CHECK_STEPS:-2}"; export GPU_CHECK_LAYERS="${GPU_CHECK_LAYERS:-2}"
+  echo "GPU_CHECK_SMOKE=1: the script's code on this machine's CPU; nothing here says anything about a GPU."
 else
   "$PY" - <<'PY' || exit 1
 import sys
 try:
     import torch
 except ImportError:
-    sys.exit("gpu_device_check: no torch in this Python, so no GPU check. Run it on a lent GPU machine (python3 there has torch).")
+    sys.exit("gpu_device_check: no torch in this Python, so no GPU check. Run it on a GPU machine (python3 there has torch).")
 if not torch.cuda.is_available():
     sys.exit(f"gpu_device_check: torch {torch.__version__} sees no CUDA GPU (torch.version.cuda={torch.version.cuda}), "
-             "so there is nothing to check here. Run it on a lent GPU machine, or GPU_CHECK_SMOKE=1 to test the script on a CPU.")
+             "so there is nothing to check here. Run it on a GPU machine, or GPU_CHECK_SMOKE=1 to test the script on a CPU.")
 p = torch.cuda.get_device_properties(0)
-print(f"GPU: {p.name}, compute capability {p.major}.{p.minor}, {p.total_memory / 2**30:.0f} GiB; torch {torch.__version__}, CUDA {torch.version.cuda}")
+print(f"GPU: {p.name}, compute capability {p.major}.{p.minor}, {p.total_memory / 2**30:.1f} GiB; torch {torch.__version__}, CUDA {torch.version.cuda}")
 PY
 fi
 
@@ -62,55 +63,17 @@ versions = {m: importlib.import_module(m).__version__ for m in ("torch", "transf
 print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
 PY
 
-# 3. A random-weight model of the bundled model's shape.
+# 3. The bundled model's config and tokenizer (every shape uses its tokenizer).
 SKELETON="${GPU_CHECK_SKELETON:-.whl/smollm2-skeleton}"
 [ -f "$SKELETON/config.json" ] || { echo "gpu_device_check: no $SKELETON/config.json: run \`make gpu-device-files\` and carry .whl."; exit 1; }
-WORK="$(mktemp -d /tmp/gpu-device-check-XXXX)"
-MODEL="$WORK/model"
-"$PY" bench/gpu_device_check.py model "$SKELETON" "$MODEL" || exit 1
 
-train() {  # name, config fields as JSON
-  local dir="$WORK/$1"
-  mkdir -p "$dir"
-  "$PY" - "$dir" "$MODEL" "$STEPS" "$2" <<'PY' || return 1
-import json, sys
-sys.path.insert(0, ".")
-from bench.gpu_device_check import SEED_000_REWARDS
-from pipeline.config import RunConfig
-d, model, steps, extra = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
-cfg = RunConfig.from_dict({"model": model, "max_steps": steps, "save_steps": 5, "probe_every": 5,
-                           "rewards": SEED_000_REWARDS, **extra})
-open(d + "/config.json", "w").write(cfg.to_json())
-PY
-  echo "-- $1: $2"
-  timeout 240 "$PY" bench/gpu_device_check.py train "$dir" > "$dir/stdout.log" 2>&1
-  local rc=$?
-  "$PY" bench/gpu_device_check.py summary "$dir" "$1" || rc=1
-  [ $rc -eq 0 ] || { echo "$1 failed (exit $rc); last lines of its log:"; tail -25 "$dir/train.log" 2>/dev/null || tail -25 "$dir/stdout.log"; fail=1; }
-}
-
-# 4. The runs. precision auto is the default set-up on a GPU: bf16 on compute capability 8.0+.
-if [ "$SMOKE" = 1 ]; then
-  train default '{"precision": "fp32"}'
-  echo "fp16: skipped in a smoke run (fp16 mixed precision needs a CUDA GPU)"
-  train checkpointing '{"precision": "fp32", "gradient_checkpointing": true}'
-else
-  train default '{"precision": "auto"}'
-  train fp16 '{"precision": "fp16"}'
-  train checkpointing '{"precision": "auto", "gradient_checkpointing": true}'
-fi
-
-# 5. A reply from the merged model of the default run.
-if [ -d "$WORK/default/merged" ]; then
-  timeout 180 "$PY" bench/gpu_device_check.py chat "$WORK/default/merged" || fail=1
-else
-  echo "chat: no merged model from the default run"; fail=1
-fi
-
-# 6. s/step against plain TRL, same settings (bf16 on a GPU).
-PRECISION=bf16; [ "$SMOKE" = 1 ] && PRECISION=fp32
-timeout 300 "$PY" bench/gpu_device_check.py versus "$MODEL" "$STEPS" "$PRECISION" || fail=1
-
-echo "work folder: $WORK"
-echo "== gpu_device_check: $([ $fail -eq 0 ] && echo 'every part worked' || echo 'SOME PART FAILED (see above)')"
-exit $fail
+# 4. The three parts, by the deadline.
+ARGS=(all --skeleton "$SKELETON" --out "$OUT_DIR" --deadline "$((START + BUDGET))" --parts "${GPU_CHECK_PARTS:-abc}")
+[ -n "${GPU_CHECK_ENGINE:-}" ] && ARGS+=(--engine "$GPU_CHECK_ENGINE")
+[ "$SMOKE" = 1 ] && ARGS+=(--cpu-smoke)
+# shellcheck disable=SC2206
+ARGS+=(${GPU_CHECK_ARGS:-})
+"$PY" bench/gpu_device_check.py "${ARGS[@]}"
+rc=$?
+echo "== gpu_device_check: $([ $rc -eq 0 ] && echo 'done' || echo "FAILED (exit $rc)") in $(( $(date +%s) - START )) s"
+exit $rc

@@ -15,7 +15,8 @@ class Check:
 
 
 def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]:
-    """Config, dataset, model, prompt budget and rewards, in that order; later checks need earlier ones."""
+    """Config, dataset, model, prompt budget, trainer, GPU memory (on a GPU) and rewards, in that order; later
+    checks need earlier ones."""
     from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
     from pipeline.models import ModelError, count_prompt_tokens, load_tokenizer, resolve_model
     from pipeline.probes import reward_kwargs
@@ -39,6 +40,7 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
     except (ModelError, OSError, ValueError) as exc:
         checks.append(Check("model", False, str(exc)))
         tokenizer = None
+    longest = None
     if tokenizer is not None and train:
         def count(messages):
             return count_prompt_tokens(tokenizer, messages)
@@ -53,6 +55,9 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
             checks.append(Check("budget", False, str(exc)))
     if not problems:
         checks.append(trainer_check(cfg))
+        memory = memory_check(cfg, longest)
+        if memory is not None:
+            checks.append(memory)
     if not problems and train:
         try:
             sample = train[0]
@@ -101,3 +106,28 @@ def trainer_check(cfg: RunConfig) -> Check:
     if problems:
         return Check("trainer", False, " ".join(problems))
     return Check("trainer", True, f"{device}, {precision}: TRL accepts these GRPO settings.")
+
+
+def memory_check(cfg: RunConfig, prompt_tokens: int | None = None, device: str | None = None,
+                 precision: str | None = None, card: tuple[int, int, bool] | None = None) -> Check | None:
+    """Will the run fit the GPU's memory? Estimated from the model's config.json (no weights loaded) and the settings
+    (pipeline/gpu_memory.py), before anything loads; when it will not fit, the settings that would make it fit,
+    largest saving first. None on a CPU (nothing new to say there). `device`, `precision` and `card` (free and
+    total bytes, native bf16) default to this machine's."""
+    from pipeline import gpu_memory
+    from pipeline.models import ModelError, pick_device, resolve_precision
+
+    device = device or pick_device()
+    if device != "cuda":
+        return None
+    try:
+        precision = precision or resolve_precision(cfg.precision, device)
+    except ModelError:  # the trainer check already says why
+        return None
+    shape, source = gpu_memory.model_shape(cfg.model)
+    if shape is None:
+        return Check("memory", True, f"GPU memory not estimated: {source}.")
+    free, total, bf16_ok = card or gpu_memory.card_memory()
+    settings = gpu_memory.settings_from_config(cfg, precision, prompt_tokens, card_total=total)
+    ok, message = gpu_memory.fit_verdict(shape, settings, free, total, bf16_ok=bf16_ok)
+    return Check("memory", ok, message)
