@@ -374,6 +374,7 @@ def run_summary(run_dir: str | Path) -> dict:
         "run": run_dir.name,
         "path": str(run_dir),
         "state": status.get("state"),
+        "owner": owners.run_owner(run_dir),
         "model": cfg.get("model"),
         "dataset": (cfg.get("dataset") or {}).get("source") if isinstance(cfg.get("dataset"), dict) else None,
         "rewards": ", ".join(str(r.get("name", "?")) for r in cfg.get("rewards") or [] if isinstance(r, dict)),

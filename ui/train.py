@@ -44,7 +44,7 @@ def settings_accordion() -> gr.Accordion:
 TAB_LABEL = "Train"
 UPLOAD_TYPES = [".csv", ".jsonl", ".json"]
 # "problems" next to the state, so a damaged run's reason is seen without scrolling (empty for healthy runs).
-RUN_COLUMNS = ["run", "state", "problems", "model", "dataset", "rewards", "step", "max_steps", "final_reward",
+RUN_COLUMNS = ["run", "state", "owner", "problems", "model", "dataset", "rewards", "step", "max_steps", "final_reward",
                "duration_s"]
 
 
@@ -349,7 +349,9 @@ def runs_table():
     import pandas as pd
 
     rows = runs.list_runs()
-    return pd.DataFrame([[r.get(c) for c in RUN_COLUMNS] for r in rows], columns=RUN_COLUMNS)
+    # Whose run it is matters only once someone logged in started one: without owners the column stays out.
+    columns = [c for c in RUN_COLUMNS if c != "owner" or any(r.get("owner") for r in rows)]
+    return pd.DataFrame([[r.get(c) for c in columns] for r in rows], columns=columns)
 
 
 def runs_table_if_changed(last: str | None):

@@ -116,3 +116,15 @@ def test_resume_evaluate_export_and_push_are_the_owners(own_runs, monkeypatch):
         export.export_zips(run_dir, actor=Actor("bob"))
     assert not list(runs.data_dir().glob("exports/*.zip"))  # nothing was zipped for bob
     assert train.resume_training(run_dir.name, False, [], login("alice"))[1].startswith("▶ Resuming")
+
+
+def test_the_runs_table_says_whose_run_it_is_once_a_run_has_an_owner(own_runs):
+    from ui import train
+
+    runner_less = runs.new_run_dir("anyones")
+    runs.write_json_atomic(runner_less / "config.json", RunConfig().to_dict())
+    assert "owner" not in train.runs_table().columns  # no logins: no column to read
+    run_dir = alices_run()
+    table = train.runs_table()
+    owner_of = dict(zip(table["run"], table["owner"]))
+    assert owner_of[run_dir.name] == "alice" and not isinstance(owner_of[runner_less.name], str)
