@@ -495,14 +495,6 @@ def _is_zero(weight: Any) -> bool:
         return False
 
 
-def field_help(cls: type, name: str) -> str:
-    """Help text of a config field, for UI `info=`."""
-    for f in dataclasses.fields(cls):
-        if f.name == name:
-            return f.metadata.get("help", "")
-    raise KeyError(name)
-
-
 def _vllm_installed() -> bool:
     import importlib.util
 
