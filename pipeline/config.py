@@ -147,10 +147,9 @@ class RunConfig:
     dataset: DatasetSpec = field(default_factory=DatasetSpec)
     rewards: list[RewardSpec] = field(
         # The GRPO recipe's pair (a length target and token diversity) plus post_similarity: with the pair
-        # alone the model learns to be short, not to summarise (a calibration run: "The post is too long."); at weight 1
-        # length still won in some runs (held-out summary score fell), at 1.5 one seed in five still lost summary
-        # score to short off-topic answers ("No, I'm not."); at 2 it rose on seeds 1-5. Empty params: each
-        # reward runs with its class's defaults (the rewards table shows them).
+        # alone the model learns to be short, not to summarise; at weight 2 post_similarity keeps meaning ahead
+        # of length (the weights tried: bench/results/README.md). Empty params: each reward runs with its
+        # class's defaults (the rewards table shows them).
         default_factory=lambda: [
             RewardSpec("length_target", 1.0, {}),
             RewardSpec("token_diversity", 1.0, {}),
@@ -166,20 +165,21 @@ class RunConfig:
     batch_size: int = field(
         default=16,
         metadata=_form("Batch (completions / step)",
-                       "Completions per device per step; a multiple of G (prompts per step = batch / G). The demo takes "
-                       "4 prompts a step: the more completions a step samples, the likelier one of them finds what the "
-                       "rewards want. At 2 or 3 prompts a step one seed in five barely moved (6-12% of the held-out gap); "
-                       "at 4, seeds 1-5 closed 36-70%. Halve it (and the step time) to try a setting quickly.",
+                       "Completions per device per step; a multiple of G (prompts per step = batch / G). The more "
+                       "completions a step samples, the likelier one of them finds what the rewards want, so the demo "
+                       "takes 4 prompts a step; fewer learn less reliably. Halve it (and the step time) to try a "
+                       "setting quickly.",
                        minimum=1),
     )
     max_steps: int = field(default=11, metadata=_form(
-        "Steps", "Optimizer steps to run. 11 steps of 4 prompts fit the 5-minute CPU demo on 2 cores, with the page "
-        "open (12 took 306 s).", minimum=1))
+        "Steps", "Optimizer steps to run. 11 steps of 4 prompts keep the CPU demo within about five minutes on 2 "
+        "cores; more steps learn more when you have the time.", minimum=1))
     learning_rate: float = field(
         default=3e-4,
         metadata=_form("Learning rate",
-                       "LoRA starts at zero and the demo has 11 steps: 3e-4 moves it visibly (5e-5 barely did); "
-                       "lower it for long runs or if KL climbs past 0.5.", above=0, below=1,
+                       "How far each step moves the LoRA weights. LoRA starts at zero and the demo is short, so it "
+                       "takes 3e-4; use about 5e-5 for long runs, and lower it if KL climbs past 0.5.",
+                       above=0, below=1,
                        range_error="Learning rate {value} is out of range; try 5e-5 for LoRA."),
     )
     beta: float = field(
@@ -193,8 +193,9 @@ class RunConfig:
         range_error="epsilon (clip range) must be between 0 and 1, e.g. 0.2."))
     max_completion_length: int = field(
         default=32, metadata=_form("Max completion tokens",
-                                   "Max new tokens per completion. 32 (~130 characters) leaves room above the "
-                                   "50-character target; generation is half a step, so every token costs.", minimum=1))
+                                   "Max new tokens per completion. The demo's 32 (~130 characters) leaves room above "
+                                   "the length reward's 50-character target; raise it for tasks with longer answers. "
+                                   "Sampling takes about half of a step, so every token costs time.", minimum=1))
     max_prompt_tokens: int = field(default=512, metadata=_form(
         "Prompt token budget", "Budget for a prompt after the chat template; longer prompts are an error.", minimum=8))
     temperature: float = field(default=1.0, metadata=_form("Temperature",
@@ -211,10 +212,10 @@ class RunConfig:
         default="batch", metadata=_form(
             "Scale advantages by",
             "Divide advantages (total minus the group's mean) by the batch's std (batch, the demo's default), the "
-            "group's std (group, GRPO as published) or not at all (none, Dr. GRPO: mean-centred only). The demo's "
-            "rewards are continuous: a group whose 4 answers score nearly alike has its small differences blown up "
-            "to +-1 by its own std, noise as loud as a real difference; the batch's std keeps a near-tie small. "
-            "Verifiable 0/1 rewards (the arithmetic presets) keep group.", SCALE_REWARDS)
+            "group's std (group, GRPO as published) or not at all (none, Dr. GRPO: mean-centred only). Use batch for "
+            "continuous rewards such as the demo's: divided by its own tiny std, a group whose answers score nearly "
+            "alike would push a near-tie as hard as a real difference. Use group for right-or-wrong rewards (the "
+            "arithmetic presets).", SCALE_REWARDS)
     )
 
     # GRPO: finer options (DAPO / GSPO variants, schedule, sampling filters)
@@ -329,7 +330,8 @@ class RunConfig:
     load_in_4bit: bool = field(default=False, metadata=_form("QLoRA: 4-bit base (GPU)",
         "QLoRA: load the base model in 4-bit NF4 (bitsandbytes) and train the LoRA on top, in bf16 (TRL casts the "
         "LoRA weights to bf16, as the QLoRA paper does): needs a bf16 GPU (compute capability 8.0+) and "
-        "`make setup-gpu`. About a quarter of the base model's memory. Not with vLLM (TRL #4973)."))
+        "`make setup-gpu`. About a quarter of the base model's memory. Not with vLLM: it can't load the packed "
+        "4-bit weights."))
     use_vllm: bool = field(default=False, metadata=_form("Generate with vLLM (GPU)",
         "GPU only: generate with vLLM in colocate mode (same GPU as training); needs `make setup-gpu`. TRL's "
         "importance-sampling correction for the vLLM/training mismatch stays on."))
@@ -493,14 +495,6 @@ def _is_zero(weight: Any) -> bool:
         return float(weight) == 0
     except (TypeError, ValueError):  # a bad weight is reported by the reward registry
         return False
-
-
-def field_help(cls: type, name: str) -> str:
-    """Help text of a config field, for UI `info=`."""
-    for f in dataclasses.fields(cls):
-        if f.name == name:
-            return f.metadata.get("help", "")
-    raise KeyError(name)
 
 
 def _vllm_installed() -> bool:

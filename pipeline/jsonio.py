@@ -6,6 +6,7 @@ from `file_problem`). No torch or gradio import.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,20 @@ def append_jsonl(path: str | Path, obj: Any) -> None:
         fh.write(line)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def json_number(value: Any) -> float | None:
+    """`value` as a number JSON can hold: a finite float, or None for NaN, infinities and non-numbers (the
+    metrics, groups and probe records are written with allow_nan=False, and a chart skips a None).
+
+    >>> json_number(2), json_number("0.5"), json_number(float("nan")), json_number(float("-inf")), json_number(None)
+    (2.0, 0.5, None, None, None)
+    """
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _json_default(value: Any) -> Any:

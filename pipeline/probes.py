@@ -14,7 +14,6 @@ The pure helpers here need no torch; the callback imports transformers and torch
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import time
 import traceback
@@ -23,6 +22,7 @@ from typing import Any
 
 from pipeline import runs
 from pipeline.config import RunConfig
+from pipeline.jsonio import json_number
 from pipeline.task_metrics import task_metrics
 
 log = logging.getLogger("grpo_studio.probes")
@@ -80,16 +80,8 @@ def reward_kwargs(rows: list[dict]) -> dict[str, list]:
     return out
 
 
-def _finite(value: Any) -> float | None:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def _mean(values: list) -> float | None:
-    vals = [v for v in (_finite(x) for x in values) if v is not None]
+    vals = [v for v in (json_number(x) for x in values) if v is not None]
     return statistics.fmean(vals) if vals else None
 
 
@@ -104,8 +96,8 @@ def probe_record(step: int, rows: list[dict], completions: list[str], per_reward
     """
     names = list(per_reward)
     samples = [
-        {"prompt": prompt_text(row["prompt"]), "completion": text, "total": _finite(totals[i]),
-         "rewards": {n: _finite(per_reward[n][i]) for n in names}}
+        {"prompt": prompt_text(row["prompt"]), "completion": text, "total": json_number(totals[i]),
+         "rewards": {n: json_number(per_reward[n][i]) for n in names}}
         for i, (row, text) in enumerate(zip(rows, completions))
     ]
     return {

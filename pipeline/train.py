@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import shutil
 import signal
@@ -32,6 +31,7 @@ from pipeline.rewards import (
 )
 from pipeline import engine, runs
 from pipeline.advantages import group_stats, zero_std_share
+from pipeline.jsonio import json_number as _clean  # finite float or None: what metrics lines may hold
 from pipeline.paths import keep_private
 from pipeline.reward_check import needs_isolation
 from pipeline.rewards.custom import NO_TOKEN_HINT
@@ -196,14 +196,6 @@ def hide_monitors_of_unscored(rewards_per_func, weights):
     unscored = torch.isnan(rewards_per_func[:, ~monitor]).all(dim=1)
     rewards_per_func[unscored.unsqueeze(1) & monitor.unsqueeze(0)] = torch.nan
     return rewards_per_func
-
-
-def _clean(value):
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _prompt_text(prompt) -> str:

@@ -40,10 +40,6 @@ def form_keys(cls: type[RunConfig] = RunConfig) -> list[str]:
     return ["model", "model_custom", *DATASET_KEYS, "rewards", *(f.name for f in form_fields(cls))]
 
 
-# Settings shown under "All settings", in order; each becomes one component labelled from its metadata.
-HYPER_FIELDS = [f.name for f in form_fields()]
-
-
 def number_bounds(field: dataclasses.Field) -> dict[str, Any]:
     """The inclusive bounds a number box can enforce, from the field's metadata (`minimum`, `maximum`). Open
     bounds (`above`, `below`) are left to RunConfig.problems(): a number box's are inclusive.

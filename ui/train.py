@@ -22,8 +22,7 @@ from pipeline.rewards import reward_registry
 from ui import uploads, views
 from ui.tab import PageLoad, Tab, TabContext, acting
 from ui.form import (
-    HYPER_FIELDS, REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, form_to_config, number_bounds,
-    reward_rows,
+    REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, form_to_config, number_bounds, reward_rows,
 )
 
 # The "All settings" accordion is built open, so Gradio mounts its fields with the page, and folded once the
@@ -209,15 +208,10 @@ def plot(frame, x_lim: list[int]) -> gr.LinePlot:
     return gr.LinePlot(frame, x_lim=x_lim)
 
 
-def run_config(path: Path) -> RunConfig | None:
-    """The settings the run trains with (config.json plus recorded --steps overrides) as a RunConfig; None when
-    config.json is missing or damaged (the progress header names the damage, see runs.run_problems, and the
-    rest of the live view still shows)."""
-    return snap_config(runs.snapshot(path))
-
-
 def snap_config(snap: runs.Snapshot) -> RunConfig | None:
-    """run_config from a snapshot of the run."""
+    """The settings the run trains with (config.json plus recorded --steps overrides), from a snapshot of the
+    run, as a RunConfig; None when config.json is missing or damaged (the progress header names the damage,
+    see runs.run_problems, and the rest of the live view still shows)."""
     try:
         settings = snap.config  # {} when config.json is missing or unreadable
         return RunConfig.from_dict(settings) if settings else None

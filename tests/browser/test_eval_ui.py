@@ -21,7 +21,7 @@ def test_evaluate_shows_progress_then_the_result_and_a_reload_keeps_it(page, app
     evaluate.click()
     expect(panel).to_contain_text(f"Evaluating {run_dir.name} on up to", timeout=30_000)
     status = page.locator("#eval-status")
-    expect(status).to_contain_text("answers", timeout=300_000)  # the job's progress, through the timer
+    expect(status).to_contain_text("answers", timeout=300_000)  # the job's progress, through the live view's poll
     expect(status).to_contain_text("Delta (tuned - base)", timeout=600_000)
     expect(status.locator("table")).to_contain_text("tuned")  # the base vs tuned table
     page.screenshot(path=str(ARTIFACTS / "eval-01-result.png"), full_page=True)

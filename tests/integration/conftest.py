@@ -21,7 +21,7 @@ def shared_run(bundled_model_dir) -> SharedRun:
     """One step with a checkpoint, then a resume to step 2 with --steps: a finished two-step run (2 prompts a
     step, so the batch's std and a group's differ) with probes
     at steps 0, 1 and 2, checkpoints 1 and 2, the adapter and the merged model. Readers only: a test that
-    changes the run undoes it (a trainer start costs about 10 s here, and a session used to start five of these)."""
+    changes the run undoes it (each trainer start costs about 10 s)."""
     run_dir = make_run("shared", batch_size=8, max_steps=1, save_steps=1, merge_at_end=True, probe_every=1,
                        probe_prompts=2)
     created = (run_dir / "config.json").read_bytes()

@@ -177,7 +177,7 @@ def test_a_run_deleted_while_its_page_is_open(client):
     shutil.rmtree(run_dir)  # deleted from another tab, or by hand
     progress, *_ = client.predict(run_dir.name, 0, api_name="/refresh")
     assert "data-state='gone'" in progress and "is no longer on disk" in progress
-    # The timer keeps ticking without an error; nothing changed, so nothing is re-sent.
+    # The poll keeps refreshing without an error; nothing changed, so nothing is re-sent.
     progress, *_ = client.predict(run_dir.name, 0, api_name="/refresh")
     assert progress == {"props": {"__type__": "update"}, "__type__": "update"}
     _, table, *_ = client.predict(None, api_name="/refresh_runs")

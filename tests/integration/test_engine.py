@@ -122,7 +122,7 @@ def test_shared_prefill_generation_equals_plain_generate(lora_model):
 
 
 def test_bf16_bundled_base_weights_survive_merged_sampling(bundled_model_dir):
-    """Issue 20 on the real weights: merge, sample, unmerge and an Adam-sized LoRA step, 5 times, in bf16;
+    """The merge-drift check on the real weights: merge, sample, unmerge and an Adam-sized LoRA step, 5 times, in bf16;
     the frozen base must come back bit for bit (PEFT's in-place round trip changed ~15% of it in 100)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM

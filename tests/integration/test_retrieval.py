@@ -147,7 +147,7 @@ def test_answer_streams_from_the_bundled_model(store, bundled_model_dir):
     assert all(1 <= n <= 3 for n in films_used(pieces[-1], hits))
 
 
-# ---- search modes (issue 14) and LanceDB's scoring-column warning (issue 13 item 10) -----------------
+# ---- search modes, and LanceDB's scoring-column warning ------------------------------------------------
 
 @pytest.fixture(scope="module")
 def chunks(store):
@@ -178,7 +178,7 @@ def test_every_mode_keeps_the_prefilter_and_fills_top_k_from_inside_it(store, ch
 
 
 def test_the_default_mode_finds_the_seeds_twist_query(store, chunks):
-    # Issue 14: capped at 1989, plain vector search returns Sherlock Jr., Full Metal Jacket, ... and no Angel Heart.
+    # Capped at 1989, plain vector search returns Sherlock Jr., Full Metal Jacket, ... and no Angel Heart.
     f = SearchFilters.parse(year_max=1989, top_k=5, known_genres=store.info().genres)
     hits = search(store.table(), "the protagonist turns out to be the bad guy", f, DEFAULT_MODE, chunks=chunks)
     assert "Angel Heart" in [h.title for h in hits], [h.label for h in hits]

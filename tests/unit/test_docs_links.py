@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "bench" / "README.md",
-        *sorted((ROOT / "docs").glob("*.md"))]
+        ROOT / "bench" / "results" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 

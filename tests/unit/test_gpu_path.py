@@ -1,4 +1,4 @@
-"""The GPU path, checked on a CPU (issue 20): settings that would crash or corrupt on a GPU are refused before
+"""The GPU path, checked on a CPU: settings that would crash or corrupt on a GPU are refused before
 launch, vespo + vLLM gets a mode TRL accepts, a GPU box whose torch can't use the GPU says so in the run
 header, Resume and Evaluate free the app's GPU models, and Show command pins one process to one GPU."""
 
@@ -25,10 +25,11 @@ def test_qlora_with_fp16_is_refused_in_the_config_and_when_auto_picks_fp16():
 
 
 def test_qlora_help_says_the_lora_weights_are_bf16():
-    from pipeline.config import field_help
+    from ui.form import form_fields
 
-    assert "bf16" in field_help(RunConfig, "load_in_4bit")
-    assert "except with QLoRA: bf16" in field_help(RunConfig, "precision")
+    shown = {f.name: f.metadata["help"] for f in form_fields()}  # what the Train form puts under each field
+    assert "bf16" in shown["load_in_4bit"]
+    assert "except with QLoRA: bf16" in shown["precision"]
 
 
 def test_vllm_tensor_parallel_larger_than_the_gpus_is_refused():

@@ -1,4 +1,4 @@
-"""The fast engine's merged sampling leaves the frozen base weights exactly as they were (issue 20).
+"""The fast engine's merged sampling leaves the frozen base weights exactly as they were.
 
 PEFT merges in place in the weights' dtype; in bf16 every merge/unmerge cycle rounds, and between
 cycles the LoRA weights move (one optimizer step each), so the rounding never cancels out. A small

@@ -198,7 +198,7 @@ def test_train_tab_reads_a_runs_probes_and_skips_when_nothing_changed():
     view = probe_view(run_dir.name, "latest")
     assert "data-step='10'" in view["panel"] and ("0 · base", "0") in view["choices"]
     assert set(view["plot"]["series"]) == {"total (weighted)", "length_target", "token_diversity"}
-    assert probe_view(run_dir.name, "latest", view["sig"]) is None  # the timer sends nothing
+    assert probe_view(run_dir.name, "latest", view["sig"]) is None  # a refresh with nothing new sends nothing
     assert "data-step='5'" in probe_view(run_dir.name, "5", view["sig"])["panel"]
     assert probe_view("../etc", "latest")["plot"] is None  # only existing run folders are read
 

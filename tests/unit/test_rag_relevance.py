@@ -41,7 +41,7 @@ def test_relevance_set_parses_and_every_expected_film_is_bundled_and_inside_its_
     assert len({c.query for c in cases}) == len(cases)
     assert len({c.kind for c in cases}) == len(bench.KINDS)  # every kind of query is represented
     by_query = {c.query: c for c in cases}
-    # The two misses reported in issue 14, with their caps.
+    # The two misses first seen in the RAG tab, with their caps.
     assert by_query["the protagonist turns out to be the bad guy"].expected == (("Angel Heart", 1987),)
     assert by_query["the protagonist turns out to be the bad guy"].year_max == 1989
     assert by_query["A man discovers that the friend who helped him was his own invention"].expected == (

@@ -1,5 +1,5 @@
 """The app builds its page without the heavy libraries: they load when a handler first needs them
-(issue 13: start-up within 1.2x a bare Gradio app; bench/startup.py measures it)."""
+(start-up within 1.2x a bare Gradio app; bench/startup.py measures it)."""
 
 import json
 import os
@@ -19,7 +19,7 @@ print(json.dumps(sorted(m for m in %r if m in sys.modules)))
 
 
 def test_building_the_app_imports_no_model_or_database_library(tmp_path):
-    # No GPU visible, as on CI: on a GPU box the form asks torch how many GPUs there are.
+    # No GPU visible, as on a CPU-only machine: on a GPU box the form asks torch how many GPUs there are.
     env = dict(os.environ, GRPO_STUDIO_DATA=str(tmp_path), CUDA_VISIBLE_DEVICES="")
     out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=300)
