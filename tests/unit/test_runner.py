@@ -225,13 +225,15 @@ def test_two_starts_at_once_start_one_run(own_runs, monkeypatch):
             runner.stop_run(run_dir, grace_s=15)
 
 
-def _hold_start_lock_elsewhere(seconds: float) -> subprocess.Popen:
-    """Another process (a second app, a script) holding the start lock for `seconds`; returns once it holds it."""
+def _hold_start_lock_elsewhere(seconds: float, then: str = "") -> subprocess.Popen:
+    """Another process (a second app, a script) holding the start lock for `seconds`, then running the line
+    `then` (pipeline.runs is imported) before it lets go; returns once it holds the lock."""
     code = ("import sys, time\n"
-            "from pipeline import runner\n"
+            "from pipeline import runner, runs\n"
             "with runner.start_lock():\n"
             "    print('locked', flush=True)\n"
-            f"    time.sleep({seconds})\n")
+            f"    time.sleep({seconds})\n"
+            f"    {then or 'pass'}\n")
     holder = subprocess.Popen([sys.executable, "-c", code], cwd=runner.ROOT, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"
     return holder
@@ -319,14 +321,7 @@ def test_delete_waits_for_the_start_lock_and_then_sees_the_relaunch(own_runs):
     run_dir = runs.new_run_dir("deleted-while-resumed")
     runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
     runs.write_status(run_dir, "stopped")
-    code = ("import sys, time\n"
-            "from pipeline import runner, runs\n"
-            "with runner.start_lock():\n"
-            "    print('locked', flush=True)\n"
-            "    time.sleep(0.5)\n"
-            f"    runs.write_status({str(run_dir)!r}, 'queued', queued_at=time.time())\n")
-    holder = subprocess.Popen([sys.executable, "-c", code], cwd=runner.ROOT, stdout=subprocess.PIPE, text=True)
-    assert holder.stdout.readline().strip() == "locked"
+    holder = _hold_start_lock_elsewhere(0.5, then=f"runs.write_status({str(run_dir)!r}, 'queued', queued_at=time.time())")
     try:
         with pytest.raises(ValueError, match="still training"):
             runs.delete_run(run_dir)
