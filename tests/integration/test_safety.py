@@ -5,6 +5,7 @@ still download."""
 import html
 import json
 import re
+import shutil
 import urllib.error
 import urllib.request
 from urllib.parse import quote
@@ -253,10 +254,15 @@ def test_export_zip_is_downloadable(app_url, studio_data):
     (run / "adapter" / "adapter_config.json").write_text("{}")
     client = Client(app_url, verbose=False)
     base = "bundled/SmolLM2-135M-Instruct"
-    client.predict(base, base, api_name="/load_choices")  # the model list, as a page load refreshes it
-    files, message, _ = client.predict("run:exported-run", api_name="/export_run")
-    assert "Exported" in message and len(files) == 2
-    assert all(f.endswith(".zip") for f in files)
+    try:
+        client.predict(base, base, api_name="/load_choices")  # the model list, as a page load refreshes it
+        files, message, _ = client.predict("run:exported-run", api_name="/export_run")
+        assert "Exported" in message and len(files) == 2
+        assert all(f.endswith(".zip") for f in files)
+    finally:
+        # Its "merged model" is an empty config: left behind, it would be the newest run, which Chat picks
+        # as model A in the browser tests that share this app.
+        shutil.rmtree(run, ignore_errors=True)
 
 
 @pytest.mark.parametrize("api_name", ["/store_upload", "/receive_upload"])
