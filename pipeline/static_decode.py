@@ -157,8 +157,13 @@ def resolve_sampling(model, generation_config, prompt_width: int = 1, device=Non
 
 
 def static_problem(model, generation_config) -> str | None:
-    """Why this model with this generation config can't sample through the static path (None = it can)."""
-    return model_problem(model) or resolve_sampling(model, generation_config)[1]
+    """Why this model with this generation config can't sample through the static path (None = it can). The
+    checks use transformers' cache and generation internals; where those differ (another transformers
+    version), the reason says so and the run samples eagerly instead of failing."""
+    try:
+        return model_problem(model) or resolve_sampling(model, generation_config)[1]
+    except Exception as exc:  # noqa: BLE001 - any failure here means: not static, and why
+        return f"static decoding is unavailable here ({type(exc).__name__}: {str(exc)[:200]})"
 
 
 def compile_on_gpu(step, device):

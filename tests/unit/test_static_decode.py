@@ -70,6 +70,20 @@ def test_a_model_with_sliding_window_layers_decodes_eagerly():
     assert "sliding-window" in static_decode.model_problem(model)
 
 
+def test_a_transformers_without_the_internals_it_uses_decodes_eagerly(tmp_path, monkeypatch):
+    """The static path reads transformers' generation internals; where they are missing the run must still
+    start, sampling eagerly, with the reason in the header."""
+    from transformers import LlamaForCausalLM
+
+    from pipeline.train import generation_engine
+
+    trainer = studio_trainer(tmp_path)
+    monkeypatch.setattr(LlamaForCausalLM, "_prepare_generation_config", None, raising=False)
+    decoder, header = generation_engine(RunConfig(generation_engine="static"), trainer, "cuda")
+    assert decoder is None and header["generation"] == "eager"
+    assert header["generation_note"].startswith("static decoding is unavailable here (TypeError")
+
+
 def test_the_run_header_says_how_completions_are_sampled():
     from ui.views import progress_html
 
