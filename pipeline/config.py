@@ -25,6 +25,7 @@ IS_LEVELS = ("token", "sequence")
 LR_SCHEDULERS = ("constant_with_warmup", "linear", "cosine", "constant")
 REPORT_TO = ("none", "tensorboard", "trackio")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+GENERATION_ENGINES = ("auto", "static", "eager")
 DATASET_SOURCES = ("tldr", "arithmetic", "file", "hub")
 REWARD_ERROR_POLICIES = ("fail", "skip")
 
@@ -324,6 +325,17 @@ class RunConfig:
         metadata=_form("Fast engine (one process)",
                        "One process: run each prompt once for its G completions and sample with the adapter "
                        "merged. Same log-probs as TRL's own path, several times less work; off = TRL's path."),
+    )
+    generation_engine: str = field(
+        default="auto",
+        metadata=_form("Generation engine",
+                       "How the fast engine samples completions. static: key/value buffers allocated once and a "
+                       "compiled decoding step (CUDA graphs on a GPU), which removes most of the per-token overhead of "
+                       "small models; the same sampling as eager. eager: transformers' generate. auto: static on a "
+                       "GPU, eager on the CPU. Where static can't run (vLLM, gradient checkpointing, more than one "
+                       "process, a model without static-cache support), eager is used and the run header says why. "
+                       "Choose eager if static decoding fails or uses too much memory on your card.",
+                       GENERATION_ENGINES),
     )
 
     # GPU path

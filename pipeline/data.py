@@ -310,11 +310,13 @@ def split_rows(rows: list[dict], eval_fraction: float, seed: int, limit: int = 0
 
 
 def check_prompt_budget(rows: list[dict], count_tokens: Callable[[list[dict]], int], budget: int,
-                        source: str) -> None:
-    """Raise when any prompt (after the chat template) is longer than the token budget."""
-    too_long = []
+                        source: str) -> int:
+    """Raise when any prompt (after the chat template) is longer than the token budget; else return the
+    longest prompt's token count."""
+    too_long, longest = [], 0
     for i, row in enumerate(rows, 1):
         n = count_tokens(row["prompt"])
+        longest = max(longest, n)
         if n > budget:
             too_long.append((i, n))
     if too_long:
@@ -323,6 +325,7 @@ def check_prompt_budget(rows: list[dict], count_tokens: Callable[[list[dict]], i
             f"{source}: {len(too_long)} prompt(s) are longer than the {budget}-token budget (longest: {worst} tokens). "
             f"Raise 'max_prompt_tokens' or shorten them."
         )
+    return longest
 
 
 def load_dataset_split(spec: DatasetSpec, seed: int) -> tuple[list[dict], list[dict]]:

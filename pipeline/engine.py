@@ -213,7 +213,7 @@ def _adapted_base_params(peft) -> list:
 
 
 @contextlib.contextmanager
-def merged_adapter(model):
+def merged_adapter(model, copies: dict | None = None):
     """Fold a PEFT adapter into the base weights for the duration of the block (no-op otherwise).
 
     The base weights come back bit for bit, in every dtype. PEFT merges in place (`w += delta`, later
@@ -223,6 +223,11 @@ def merged_adapter(model):
     ends up in merged/. So the merge goes into copies and the original tensors are put back; that costs one
     copy of the adapted weights while sampling (about 0.4 GB for the bundled model in fp32).
     A quantized (4-bit) base is never merged into: the LoRA branch runs.
+
+    `copies` (a dict the caller keeps between calls) makes the copies persistent: the same tensors are refilled
+    from the originals each time, so their addresses never change. A decoding step captured in a CUDA graph
+    reads the weights at those addresses (pipeline/static_decode.py); fresh copies would leave it reading freed
+    memory, or force a new capture every step.
     """
     peft = model.module if hasattr(model, "module") and not hasattr(model, "merge_adapter") else model
     if not (hasattr(peft, "merge_adapter") and single_process()):
@@ -236,7 +241,7 @@ def merged_adapter(model):
     # Merge into copies and keep the originals aside (references, no copy).
     originals = [(p, p.data) for p in params]
     for p, data in originals:
-        p.data = data.clone()
+        p.data = data.clone() if copies is None else _persistent_copy(copies, p, data)
     peft.merge_adapter()
     try:
         yield
@@ -244,3 +249,16 @@ def merged_adapter(model):
         peft.unmerge_adapter()  # PEFT's bookkeeping says unmerged; in the copies, the rounding is discarded
         for p, data in originals:
             p.data = data
+
+
+def _persistent_copy(copies: dict, param, data):
+    """`data` copied into the buffer kept for `param` in `copies` (made on first use, or when the shape, dtype
+    or device changed)."""
+    kept = copies.get(id(param))
+    if kept is None or kept[0] is not param or kept[1].shape != data.shape or kept[1].dtype != data.dtype \
+            or kept[1].device != data.device:
+        kept = (param, data.clone())
+        copies[id(param)] = kept
+    else:
+        kept[1].copy_(data)
+    return kept[1]

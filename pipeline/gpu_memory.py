@@ -157,6 +157,7 @@ class MemorySettings:
     separate_reference: bool = False  # a full reference copy; with LoRA the reference is the adapter disabled
     num_iterations: int = 1
     vllm_bytes: int = 0  # what vLLM (colocate) reserves for itself, for the whole run
+    static_generation: bool = False  # static decoding: its cache and merged copies stay allocated all run
 
     def targets(self) -> tuple[str, ...]:
         """The linear layers the LoRA adapts. PEFT's 'all-linear' is every linear layer but the LM head."""
@@ -252,12 +253,21 @@ def estimate(shape: ModelShape, s: MemorySettings) -> MemoryEstimate:
 
     # Generation: one row per completion, each holding keys and values for its prompt and completion.
     kv_bytes = {"bf16": 2, "fp16": 3, "fp32": 4}[precision]  # fp16 mixed: fp32 keys after RoPE, fp16 values
+    merged_copy = shape.linear_parameters(targets) * weight_bytes if fast_sampling else 0
+    static = s.static_generation and fast_sampling and not s.gradient_checkpointing  # as static_decode.run_problem
+    if static:
+        # Static decoding (pipeline/static_decode.py) keeps its key/value buffers, sized for the longest prompt
+        # plus the completions and rounded up, and the merged copies (at fixed addresses) for the whole run.
+        from pipeline.static_decode import round_up
+
+        resident["static decoding: key/value buffers"] = B * round_up(P + C) * L * 2 * shape.kv_dim * kv_bytes
+        resident["static decoding: merged copy of the adapted weights"] = merged_copy
     generation = dict(resident)
-    if not s.vllm_bytes:
+    if not s.vllm_bytes and not static:
         generation["generation KV cache"] = B * (P + C) * L * 2 * shape.kv_dim * kv_bytes
         # the adapter is merged into a copy of the adapted weights while sampling (engine.merged_adapter)
-        generation["merged copy of the adapted weights"] = (shape.linear_parameters(targets) * weight_bytes
-                                                            if fast_sampling else 0)
+        generation["merged copy of the adapted weights"] = merged_copy
+    if not s.vllm_bytes:
         prefill_tokens = U * P if fast_sampling else B * P  # the fast engine pre-fills each prompt once
         generation["generation working memory"] = (prefill_tokens * (3 * i + 4 * h) * act  # one block at a time
                                                    + B * V * 4 * 3)  # a decoding step's fp32 logits and softmax
@@ -331,7 +341,18 @@ def settings_from_config(cfg, precision: str, prompt_tokens: int | None = None, 
         prompt_tokens=prompt_tokens or cfg.max_prompt_tokens, completion_tokens=cfg.max_completion_length,
         gradient_checkpointing=cfg.gradient_checkpointing, fast_engine=cfg.fast_engine, beta=cfg.beta,
         num_iterations=cfg.num_iterations,
-        vllm_bytes=int(cfg.vllm_gpu_memory_utilization * card_total) if cfg.use_vllm else 0)
+        vllm_bytes=int(cfg.vllm_gpu_memory_utilization * card_total) if cfg.use_vllm else 0,
+        static_generation=static_generation(cfg))
+
+
+def static_generation(cfg) -> bool:
+    """Whether a run with these settings decodes statically on a GPU (as far as the settings tell; a model the
+    static path can't handle samples eagerly, and then needs less than estimated)."""
+    from pipeline.static_decode import run_problem
+
+    return cfg.generation_engine != "eager" and run_problem(
+        fast_engine=cfg.fast_engine, load_in_4bit=cfg.load_in_4bit, use_vllm=cfg.use_vllm,
+        gradient_checkpointing=cfg.gradient_checkpointing, processes=1) is None
 
 
 # ---- what to change when it does not fit ---------------------------------------------------------
@@ -364,6 +385,8 @@ def suggestions(shape: ModelShape, s: MemorySettings, bf16_ok: bool = True) -> l
         changes.append((f"Batch {B // 2} ({B // 2 // G} prompt(s) a step)", {"batch_size": B // 2}))
     if C >= 64:
         changes.append((f"shorter completions (Max completion tokens {C // 2})", {"completion_tokens": C // 2}))
+    if s.static_generation and s.fast_engine and not s.load_in_4bit and not s.gradient_checkpointing:
+        changes.append(("Generation engine: eager", {"static_generation": False}))
     if s.fast_engine and not s.load_in_4bit:  # its merged sampling copy, and under fp16 its per-prompt passes
         changes.append(("turn off Fast engine", {"fast_engine": False}))
     out = []

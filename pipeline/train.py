@@ -91,6 +91,7 @@ def make_trainer_class():
         _studio_written_generation = 0
 
         studio_fast = False  # set from RunConfig.fast_engine
+        studio_static = None  # a static_decode.StaticDecoder when completions are sampled through it
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                                   has_tool_images=False):
@@ -103,16 +104,38 @@ def make_trainer_class():
                 import torch
                 from trl.models import unwrap_model_for_generation
 
+                static = self.studio_static
                 with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
                                                  generation_kwargs=self.generation_kwargs) as unwrapped, \
-                        torch.no_grad(), engine.merged_adapter(unwrapped), \
+                        torch.no_grad(), engine.merged_adapter(unwrapped, static and static.weight_copies), \
                         engine.cpu_decoding(self.accelerator.device):
-                    new = engine.generate_shared_prefill(unwrapped, prompt_ids, self._tokenizer.pad_token_id,
-                                                         self.generation_config)
+                    new = self._studio_static_generate(unwrapped, prompt_ids) if static else None
+                    if new is None:
+                        new = engine.generate_shared_prefill(unwrapped, prompt_ids, self._tokenizer.pad_token_id,
+                                                             self.generation_config)
                 return [engine.cut_at_eos(row, self.eos_token_ids) for row in new.tolist()], None
             with engine.cpu_decoding(self.accelerator.device):
                 return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                      has_tool_images)
+
+        def _studio_static_generate(self, unwrapped, prompt_ids):
+            """Completions from the static decoder, or None after it failed: the run then samples eagerly for
+            good, and the run header says why (an out-of-memory error is not caught: it ends the run)."""
+            from pipeline.models import is_out_of_memory
+
+            try:
+                return self.studio_static.generate(unwrapped, prompt_ids, self.generation_config)
+            except Exception as exc:  # noqa: BLE001 - a compile or capture failure on some card: sample eagerly
+                if is_out_of_memory(exc):
+                    raise
+                log.warning("Static generation failed; sampling with generate from now on:\n%s",
+                            traceback.format_exc())
+                self.studio_static = None
+                if self.accelerator.is_main_process:
+                    runs.write_status(self.studio_run_dir, "running", generation="eager",
+                                      generation_note=f"static decoding failed ({type(exc).__name__}: "
+                                                      f"{str(exc)[:200]})")
+                return None
 
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                                batch_size=None, compute_entropy=False, compute_aux_loss=False,
@@ -485,23 +508,23 @@ def set_up_runtime(cfg: RunConfig, run_dir: Path, main: bool) -> tuple[str, str]
     return device, precision
 
 
-def load_prompts(cfg: RunConfig, tokenizer, run_dir: Path, main: bool) -> tuple[list[dict], list[dict]]:
-    """Training and held-out rows; every training prompt must fit the prompt budget. Rank 0 writes the
-    held-out prompts into the run folder (evaluation reads them later)."""
+def load_prompts(cfg: RunConfig, tokenizer, run_dir: Path, main: bool) -> tuple[list[dict], list[dict], int]:
+    """Training and held-out rows, and the longest training prompt in tokens; every training prompt must fit the
+    prompt budget. Rank 0 writes the held-out prompts into the run folder (evaluation reads them later)."""
     from pipeline.models import count_prompt_tokens
 
     train_rows, eval_rows = load_dataset_split(cfg.dataset, cfg.seed)
-    check_prompt_budget(train_rows, lambda m: count_prompt_tokens(tokenizer, m), cfg.max_prompt_tokens,
-                        cfg.dataset.source)
+    longest = check_prompt_budget(train_rows, lambda m: count_prompt_tokens(tokenizer, m), cfg.max_prompt_tokens,
+                                  cfg.dataset.source)
     log.info("%d training prompts, %d held out for evaluation", len(train_rows), len(eval_rows))
     if main:
         runs.write_json_atomic(run_dir / "eval_prompts.json", eval_rows)
-    return train_rows, eval_rows
+    return train_rows, eval_rows, longest
 
 
 def build_trainer(cfg: RunConfig, run_dir: Path, model_path: str, tokenizer, device: str, precision: str,
                   train_rows: list[dict], eval_rows: list[dict], guards: list[GuardedReward], weights: list[float],
-                  stop_event: threading.Event, allow_custom_rewards: bool):
+                  stop_event: threading.Event, allow_custom_rewards: bool, longest_prompt: int = 0):
     """TRL's GRPOTrainer (our subclass, see make_trainer_class) on a LoRA of the base model, with the
     studio's callback (metrics, groups, Stop, checkpoints) and the held-out probes."""
     from datasets import Dataset
@@ -531,9 +554,30 @@ def build_trainer(cfg: RunConfig, run_dir: Path, model_path: str, tokenizer, dev
     trainer.studio_clock = clock
     # A 4-bit base is not merged into for sampling (it would round the adapter away): TRL's own path.
     trainer.studio_fast = cfg.fast_engine and not cfg.load_in_4bit
+    trainer.studio_static, trainer.studio_generation = generation_engine(cfg, trainer, device, longest_prompt)
     trainer.studio_run_dir = run_dir
     trainer.studio_weights = {g.__name__: w for g, w in zip(guards, weights)}
     return trainer
+
+
+def generation_engine(cfg: RunConfig, trainer, device: str, longest_prompt: int = 0):
+    """The static decoder when completions are sampled through it (else None), and what the run header shows:
+    {"generation": "static" | "eager", "generation_note": why static isn't used, or None}."""
+    from pipeline import static_decode
+
+    def problem():
+        return static_decode.run_problem(
+            fast_engine=cfg.fast_engine, load_in_4bit=cfg.load_in_4bit, use_vllm=cfg.use_vllm,
+            gradient_checkpointing=cfg.gradient_checkpointing,
+            processes=int(os.environ.get("WORLD_SIZE", "1"))) \
+            or static_decode.static_problem(trainer.model, trainer.generation_config)
+
+    name, note = static_decode.choose_engine(cfg.generation_engine, device, problem)
+    if note:
+        log.info("Generation: eager, not static (%s)", note)
+    decoder = static_decode.StaticDecoder(min_length=longest_prompt + cfg.max_completion_length) \
+        if name == "static" else None
+    return decoder, {"generation": name, "generation_note": note}
 
 
 def resume_point(run_dir: Path, resume: bool) -> Path | None:
@@ -593,7 +637,7 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
             raise
         raise ModelError(f"{exc} {NO_TOKEN_HINT}") from None
     tokenizer = load_tokenizer(model_path)
-    train_rows, eval_rows = load_prompts(cfg, tokenizer, run_dir, main)
+    train_rows, eval_rows, longest_prompt = load_prompts(cfg, tokenizer, run_dir, main)
 
     # 4. Rewards: each one guarded (a failure names the reward and the sample; reward_errors decides).
     guards, weights = build_rewards(cfg.rewards, policy=cfg.reward_errors, allow_custom=allow_custom_rewards,
@@ -601,7 +645,9 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
 
     # 5. Model and trainer: LoRA on the base model inside TRL's GRPOTrainer, with our callbacks.
     trainer = build_trainer(cfg, run_dir, model_path, tokenizer, device, precision, train_rows, eval_rows,
-                            guards, weights, stop_event, allow_custom_rewards)
+                            guards, weights, stop_event, allow_custom_rewards, longest_prompt)
+    if main:  # the run header says how completions are sampled, and why not statically where it can't
+        runs.write_status(run_dir, "running", **trainer.studio_generation)
 
     # 6. Train, from the last complete checkpoint on a resume; a Stop before the first step skips it.
     checkpoint = resume_point(run_dir, resume)

@@ -112,6 +112,24 @@ def refused_run_html(problem: str) -> str:
     return f"<div class='gs-empty' data-state='refused'>{html.escape(problem)}</div>"
 
 
+def generation_label(status: dict) -> str | None:
+    """How the run samples its completions, for the header: said when static decoding is on, and when it was
+    wanted but can't run (with the reason); nothing for eager sampling that was asked for (the CPU default).
+
+    >>> generation_label({"generation": "static"})
+    'static decoding'
+    >>> generation_label({"generation": "eager", "generation_note": "gradient checkpointing is on"})
+    'eager decoding: gradient checkpointing is on'
+    >>> generation_label({"generation": "eager"}), generation_label({})
+    (None, None)
+    """
+    if status.get("generation") == "static":
+        return "static decoding"
+    if status.get("generation_note"):
+        return f"eager decoding: {status['generation_note']}"
+    return None
+
+
 def progress_html(run_name: str | None, status: dict, rows: list[dict], max_steps: int | None,
                   problems: list[str] | None = None) -> str:
     if not run_name:
@@ -133,7 +151,8 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
                   "What could be read is shown.</div>")
     ranks = int(status.get("world_size") or 1)
     where = " · ".join(html.escape(str(v)) for v in (
-        status.get("device"), status.get("precision"), f"{ranks} processes" if ranks > 1 else None) if v)
+        status.get("device"), status.get("precision"), f"{ranks} processes" if ranks > 1 else None,
+        generation_label(status)) if v)
     where = f" <span class='gs-where'>{where}</span>" if where else ""
     if status.get("device_warning"):  # e.g. a GPU box whose torch is a CPU build
         error += f"<div class='gs-warn gs-device-warning'><b>⚠ On the CPU.</b> {html.escape(status['device_warning'])}</div>"
