@@ -33,7 +33,7 @@ def watched_run(studio_data):
 def test_no_event_while_nothing_changes_and_a_redraw_when_a_step_lands(page, app_url, watched_run):
     events, polls = [], []
     page.on("request", lambda r: events.append(r.url) if "/queue/join" in r.url else
-            polls.append(r.url) if "/run/watch_signature" in r.url else None)
+            polls.append(r.url) if "/run/live_stamps" in r.url else None)
     page.goto(app_url)
     expect(page.locator("#run-select input")).to_have_value(watched_run.name)
     expect(page.locator("#progress .gs-progress")).to_have_attribute("data-step", "1", timeout=30_000)
