@@ -80,18 +80,21 @@ def _where(name: str | None) -> tuple[str, Path | None]:
     return (f"{name}:", run_dir) if run_dir is not None else (f"{name}: gone", None)
 
 
-def _shown_stamps(name: str | None, now: float) -> tuple[dict[str, str], str]:
-    """The shown run's part stamps, and its state (as read_status reports it) for the parts that show it."""
-    head, run_dir = _where(name)
+def _state(run_dir: Path | None) -> str | None:
+    """A run's state as read_status reports it: a trainer that died without writing anything reads as failed."""
+    return runs.read_status(run_dir).get("state") if run_dir is not None else None
+
+
+def _shown_stamps(head: str, run_dir: Path | None, state: str | None, now: float) -> dict[str, str]:
+    """The shown run's part stamps; the header and the probes also show its state."""
     if run_dir is None:
-        return {part: head for part in SHOWN_PARTS}, head
+        return {part: head for part in SHOWN_PARTS}
     files = {f: _stamp(run_dir / f) for f in {f for names in SHOWN_PARTS.values() for f in names} - {LOG_FILE}}
     files[LOG_FILE] = _log_stamp(run_dir / LOG_FILE, now)
-    state = runs.read_status(run_dir).get("state")
     out = {part: head + ",".join(files[f] for f in names) for part, names in SHOWN_PARTS.items()}
     for part in ("progress", "probes"):
         out[part] += f";{state}"
-    return out, f"{name}={state}"
+    return out
 
 
 def _listed_stamps() -> dict[str, str]:
@@ -110,13 +113,15 @@ def stamps(shown: str | None, action: str | None, now: float | None = None) -> d
     """One stamp per part of the live views ({part: stamp}, PARTS): a part is redrawn when its stamp moved.
     `shown` is the run the Train tab's live view shows, `action` the run picked in its Runs panel."""
     now = time.time() if now is None else now
-    out, shown_state = _shown_stamps(shown, now)
+    shown_head, shown_dir = _where(shown)
+    action_head, action_dir = _where(action)
+    shown_state = _state(shown_dir)
+    action_state = shown_state if action_dir == shown_dir else _state(action_dir)
+    out = _shown_stamps(shown_head, shown_dir, shown_state, now)
     listed = _listed_stamps()
-    head, action_dir = _where(action)
     action_files = ",".join(_stamp(action_dir / f) for f in ACTION_FILES) if action_dir is not None else ""
-    action_state = runs.read_status(action_dir).get("state") if action_dir is not None else None
-    out["jobs"] = f"{head}{action_files};{listed['jobs']}"
+    out["jobs"] = f"{action_head}{action_files};{listed['jobs']}"
     # The table shows every run's state; the two runs on screen are checked for a trainer that died silently.
-    out["runs"] = f"{listed['runs']};{shown_state};{action}={action_state}"
+    out["runs"] = f"{listed['runs']};{shown_head}{shown_state};{action_head}{action_state}"
     out["push"] = listed["push"]
     return out

@@ -159,9 +159,9 @@ def export_run(choice: str, operators=(), request: gr.Request = None, progress=g
 
 
 def push_to_hub(choice: str, repo_id: str, token: str, operators=(), request: gr.Request = None):
-    """Start the push of model A's merged model as a runner job (kind "push") and return at once; the
-    message follows it (push_refresh). Whose run it is, then the Hub, are checked first, in seconds, so a refused or offline push
-    says so at once."""
+    """Start the push of model A's merged model as a runner job (kind "push") and return at once; the message
+    then follows it (push_refresh). Whose run it is, then the Hub, are checked first, in seconds, so a refused or
+    offline push says so at once."""
     from pipeline.hub import HubUnreachable, require_hub
     from pipeline.owners import refusal
 

@@ -283,7 +283,8 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
     if "charts" in parts:
         metrics = snap.metrics
         lim = views.step_axis(max_steps, [m["step"] for m in metrics])
-        out.update({"health": views.health_html(metrics, snap.evals), "reward_plot": plot(views.reward_frame(metrics), lim),
+        out.update({"health": views.health_html(metrics, snap.evals),
+                    "reward_plot": plot(views.reward_frame(metrics), lim),
                     **{f"plot_{key}": plot(views.metric_frame(metrics, key), lim) for key in views.CHARTS}})
     if "groups" in parts:
         out.update(groups_view(snap.groups, group_step))  # the largest file of a run: read only for its part
@@ -291,9 +292,10 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
         evals, state = snap.evals, snap.state
         settings = cfg.to_dict() if cfg else {}
         lim = views.step_axis(settings.get("max_steps"), [e["step"] for e in evals])
+        choices = views.probe_choices(evals, settings.get("max_steps"), state)
         out.update({"probe_plot": plot(views.probe_frame(evals), lim),
                     "probes": views.probes_html(evals, probe_pick, settings, state),
-                    "probe_pick": _probe_picker(views.probe_choices(evals, settings.get("max_steps"), state), probe_pick)})
+                    "probe_pick": _probe_picker(choices, probe_pick)})
     if "log" in parts:
         out["log"] = snap.log(30)
     return out
