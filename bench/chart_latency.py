@@ -3,7 +3,7 @@
     .venv/bin/python bench/chart_latency.py [--samples 12]
 
 Measured in one run, in headless Debian chromium, for:
-  app        GRPO Studio's Train tab (a 1 s poll of the run files' signature; redraws when it changed)
+  app        GRPO Studio's Train tab (a 1 s poll of the run files' stamps; redraws the parts that changed)
   reference  a bare Gradio page whose 1 s gr.Timer only reads the file's last line into an HTML box
 The reference is the floor that polling itself sets; the ratio shows what the app adds on top.
 """

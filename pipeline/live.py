@@ -1,24 +1,46 @@
-"""What the Train tab's live view is drawn from, reduced to one cheap signature: file sizes and change
-times from stat() calls, and the state of the run's trainer. The page asks for it every second; the
-views re-read and redraw only when it changed, so a page that watches a run between two steps costs
-the browser and the app almost nothing (bench/watch_cost.py).
+"""What the live views are drawn from, as one stamp per part of the view: file sizes and change times from
+stat() calls, and the state of the shown run's trainer. The page asks for the stamps every second and
+redraws only the parts whose stamp moved, so a page that watches a run between two steps costs the
+browser and the app almost nothing (bench/watch_cost.py).
 """
 
 from __future__ import annotations
 
+import hashlib
+import time
 from pathlib import Path
 
 from pipeline import runs
+from pipeline.owners import OWNER_FILE
 
-# A shown run's files: each feeds part of the view (header, charts, groups, probes, evaluation, push).
-RUN_FILES = ("config.json", runs.STATUS_FILE, runs.LAUNCHES_FILE, "metrics.jsonl", "groups.jsonl", "evals.jsonl",
-             runs.EVAL_STATUS_FILE, "eval.json", runs.PUSH_STATUS_FILE)
 POLL_S = 1.0  # how often the page asks; a new step shows within about this (bench/chart_latency.py)
-# The log tail is redrawn at most once per this many seconds: a chatty log (a reward that warns on every
-# call) must not turn the live view back into a redraw every second. Any other change redraws it too.
+# While the log is being written, its stamp moves at most once per this many seconds: a chatty log (a reward
+# that warns on every call) must not turn the live view back into a redraw every second. Once the log has
+# been quiet this long, its stamp is exact, so its last lines always show.
 LOG_EVERY_S = 5
-# Every run's files that the runs table and the evaluation box read: states, steps and evaluations.
-LISTED_FILES = (runs.STATUS_FILE, "metrics.jsonl", runs.EVAL_STATUS_FILE, "eval.json")
+LOG_FILE = "train.log"
+
+# The Train tab's parts drawn from the shown run, and the files of that run each one reads. Parts marked
+# with the trainer's state also move when a trainer dies without writing anything (SIGKILL, out of memory).
+SHOWN_PARTS = {
+    # the header: state, step, time, and the run files that are damaged
+    "progress": ("config.json", runs.LAUNCHES_FILE, runs.STATUS_FILE, "metrics.jsonl", "groups.jsonl", "evals.jsonl"),
+    # the charts and the health panel (its held-out trend reads the probes)
+    "charts": ("config.json", runs.LAUNCHES_FILE, "metrics.jsonl", "evals.jsonl"),
+    "groups": ("groups.jsonl",),
+    "probes": ("config.json", runs.LAUNCHES_FILE, "evals.jsonl"),
+    "log": (LOG_FILE,),
+}
+# The Runs panel's run (its evaluation and its push, shown in the jobs box).
+ACTION_FILES = (runs.EVAL_STATUS_FILE, "eval.json", runs.PUSH_STATUS_FILE)
+# Every run's files, by the part that lists them: the runs table; the jobs box, which shows an evaluation
+# running elsewhere when the Runs panel's run has none; the Chat tab's push message, for any run's push.
+LISTED_PARTS = {
+    "runs": ("config.json", runs.STATUS_FILE, runs.LAUNCHES_FILE, "metrics.jsonl", OWNER_FILE),
+    "jobs": (runs.EVAL_STATUS_FILE,),
+    "push": (runs.PUSH_STATUS_FILE,),
+}
+PARTS = (*SHOWN_PARTS, "jobs", "runs", "push")
 
 
 def _stamp(path: Path) -> str:
@@ -30,42 +52,76 @@ def _stamp(path: Path) -> str:
     return f"{st.st_size}:{st.st_mtime_ns}"
 
 
-def run_signature(run_dir: Path | None) -> str:
-    """The shown run's files and its state as read_status reports it (a trainer that died without writing
-    anything changes the state, not the files)."""
-    if run_dir is None:
-        return "none"
-    if not run_dir.is_dir():
-        return "gone"
-    files = ",".join(_stamp(run_dir / name) for name in RUN_FILES)
+def _log_stamp(path: Path, now: float) -> str:
+    """The log's stamp: the few-second window it was last written in while it is being written, exact after."""
     try:
-        log = (run_dir / "train.log").stat().st_mtime_ns // (LOG_EVERY_S * 1_000_000_000)
+        st = path.stat()
     except OSError:
-        log = "-"
-    return f"{files};log {log};{runs.read_status(run_dir).get('state')}"
+        return "-"
+    if now - st.st_mtime < LOG_EVERY_S:
+        return f"writing {int(st.st_mtime // LOG_EVERY_S)}"
+    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
-def listed_signature() -> str:
-    """Every run folder's name and listed files: a run that appears, goes, advances or is evaluated."""
-    root = runs.runs_dir()
-    if not root.is_dir():
-        return "no-runs"
-    parts = []
-    for run_dir in sorted(root.iterdir()):
-        if run_dir.is_dir():
-            parts.append(run_dir.name + "=" + ",".join(_stamp(run_dir / name) for name in LISTED_FILES))
-    return "|".join(parts)
+def _digest(text: str) -> str:
+    """A short stand-in for a long stamp (every run's files): the page only compares them."""
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def picked_signature(name: str | None) -> str:
-    """A picked run's part of the signature; a name that can't name a run (a NUL byte, 300 characters, a path)
-    says why instead of reaching the file system."""
-    problem = runs.run_name_problem(name) if name else None
+def _where(name: str | None) -> tuple[str, Path | None]:
+    """What a picked name stands for, as the start of its stamps, and its folder when it is a run on disk. A name
+    that can't name a run (a NUL byte, 300 characters, a path) says why instead of reaching the file system."""
+    if not name:
+        return "none", None
+    problem = runs.run_name_problem(name)
     if problem:
-        return f"refused: {problem}"
-    return f"{name}:{run_signature(runs.resolve_run(name))}"
+        return f"refused: {problem}", None
+    run_dir = runs.resolve_run(name)
+    return (f"{name}:", run_dir) if run_dir is not None else (f"{name}: gone", None)
 
 
-def watch_signature(shown: str | None, action: str | None) -> str:
-    """One string for the whole Train tab: the shown run, the Runs panel's run and every run's listed files."""
-    return "\n".join([picked_signature(shown), picked_signature(action), listed_signature()])
+def _state(run_dir: Path | None) -> str | None:
+    """A run's state as read_status reports it: a trainer that died without writing anything reads as failed."""
+    return runs.read_status(run_dir).get("state") if run_dir is not None else None
+
+
+def _shown_stamps(head: str, run_dir: Path | None, state: str | None, now: float) -> dict[str, str]:
+    """The shown run's part stamps; the header and the probes also show its state."""
+    if run_dir is None:
+        return {part: head for part in SHOWN_PARTS}
+    files = {f: _stamp(run_dir / f) for f in {f for names in SHOWN_PARTS.values() for f in names} - {LOG_FILE}}
+    files[LOG_FILE] = _log_stamp(run_dir / LOG_FILE, now)
+    out = {part: head + ",".join(files[f] for f in names) for part, names in SHOWN_PARTS.items()}
+    for part in ("progress", "probes"):
+        out[part] += f";{state}"
+    return out
+
+
+def _listed_stamps() -> dict[str, str]:
+    """Every run folder's name and the files each listing part reads: a run that appears, goes or moves."""
+    root = runs.runs_dir()
+    lines: dict[str, list[str]] = {part: [] for part in LISTED_PARTS}
+    if root.is_dir():
+        for run_dir in sorted(root.iterdir()):
+            if run_dir.is_dir():
+                for part, names in LISTED_PARTS.items():
+                    lines[part].append(run_dir.name + "=" + ",".join(_stamp(run_dir / f) for f in names))
+    return {part: _digest("|".join(found)) for part, found in lines.items()}
+
+
+def stamps(shown: str | None, action: str | None, now: float | None = None) -> dict[str, str]:
+    """One stamp per part of the live views ({part: stamp}, PARTS): a part is redrawn when its stamp moved.
+    `shown` is the run the Train tab's live view shows, `action` the run picked in its Runs panel."""
+    now = time.time() if now is None else now
+    shown_head, shown_dir = _where(shown)
+    action_head, action_dir = _where(action)
+    shown_state = _state(shown_dir)
+    action_state = shown_state if action_dir == shown_dir else _state(action_dir)
+    out = _shown_stamps(shown_head, shown_dir, shown_state, now)
+    listed = _listed_stamps()
+    action_files = ",".join(_stamp(action_dir / f) for f in ACTION_FILES) if action_dir is not None else ""
+    out["jobs"] = f"{action_head}{action_files};{listed['jobs']}"
+    # The table shows every run's state; the two runs on screen are checked for a trainer that died silently.
+    out["runs"] = f"{listed['runs']};{shown_head}{shown_state};{action_head}{action_state}"
+    out["push"] = listed["push"]
+    return out

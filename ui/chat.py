@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import queue
 import threading
-import time
 from pathlib import Path
 
 import gradio as gr
@@ -17,7 +16,7 @@ from pipeline.generate import (
     ChatModelError, ModelCache, ModelChoice, chat_choices, error_reply, is_error_reply, run_for_choice, stream_chat,
 )
 from pipeline.rewards import build_rewards, score
-from ui import views
+from ui import views, watch
 from ui.tab import PageLoad, Tab, TabContext, acting
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -160,9 +159,9 @@ def export_run(choice: str, operators=(), request: gr.Request = None, progress=g
 
 
 def push_to_hub(choice: str, repo_id: str, token: str, operators=(), request: gr.Request = None):
-    """Start the push of model A's merged model as a runner job (kind "push") and return at once; push_view
-    follows it. Whose run it is, then the Hub, are checked first, in seconds, so a refused or offline push
-    says so at once."""
+    """Start the push of model A's merged model as a runner job (kind "push") and return at once; the message
+    then follows it (push_refresh). Whose run it is, then the Hub, are checked first, in seconds, so a refused or
+    offline push says so at once."""
     from pipeline.hub import HubUnreachable, require_hub
     from pipeline.owners import refusal
 
@@ -189,24 +188,14 @@ def push_message(run_dir: Path | None) -> str | None:
     return views.push_markdown(run_dir.name, runner.status("push", run_dir)) if run_dir is not None else None
 
 
-PUSH_WATCH_S = 3600  # how long the Chat tab follows a push (an upload of a large merged model can take a while)
-
-
-def push_view(choice: str, started: str):
-    """After Push: the job's progress, read from push_status.json every second until it ends."""
-    if not (started or "").startswith("⏫"):
-        return  # the push did not start: its message stays
+def push_refresh(choice: str):
+    """Model A's push message, redrawn when a push's state file changed (the page's poll, ui/watch.py); left as
+    it is when model A is not a run, or a run that was never pushed."""
     try:
-        run_dir = run_for_choice(choice)
+        message = push_message(run_for_choice(choice))
     except ChatModelError:
-        return
-    for _ in range(PUSH_WATCH_S):
-        message = push_message(run_dir)
-        if message is not None:
-            yield message
-        if not runner.is_active("push", run_dir):
-            return
-        time.sleep(1)
+        return gr.skip()
+    return gr.skip() if message is None else message
 
 
 # ---- layout ------------------------------------------------------------------------------------
@@ -256,8 +245,10 @@ def build(ctx: TabContext) -> Tab:
             with gr.Row():
                 repo = gr.Textbox(label="Hub repo id", placeholder="your-name/my-grpo-model")
                 token = gr.Textbox(label="Hub token", type="password")
-                push = gr.Button("Push to hub")
+                push = gr.Button("Push to hub", elem_id="chat-push")
             push_msg = gr.Markdown(elem_id="chat-push-msg")
+        # The push's progress: the page's poll presses this hidden button when a push's state file changed.
+        push_refreshed = gr.Button("Refresh the push message", elem_id="chat-push-refresh", elem_classes=["gs-hidden"])
 
     def load_choices(a, b, offered):
         """Page load and ↻: re-read the models on disk; Model A follows the newest finished run until the
@@ -280,7 +271,10 @@ def build(ctx: TabContext) -> Tab:
     export_btn.click(export_run, [choice_a, ops], [export_files, export_msg, snippet], api_name="export_run")
     # Private: Gradio keeps a public event's inputs in the browser's run history (localStorage), and these carry
     # the Hub token. A private event is kept out of it (and out of the API); the page still calls it.
-    push.click(push_to_hub, [choice_a, repo, token, ops], push_msg, api_visibility="private").then(
-        push_view, [choice_a, push_msg], push_msg, show_progress="hidden")
+    push.click(push_to_hub, [choice_a, repo, token, ops], push_msg, api_visibility="private")
+    push_refreshed.click(push_refresh, choice_a, push_msg, show_progress="hidden", trigger_mode="always_last",
+                         api_visibility="private")
+    # Only a push that starts or moves while the page is open is shown (the message starts empty, as it loads).
+    follow_push = watch.follow("chat-push", "chat-push-refresh", ("push",), draw_first=False)
     models = [choice_a, choice_b, offered_a]
-    return Tab(loads=(PageLoad(load_choices, models, models),))
+    return Tab(loads=(PageLoad(load_choices, models, models),), scripts=(follow_push,))

@@ -1,7 +1,7 @@
 """Train tab: set up a GRPO run, start/stop it, and watch it live (charts, groups, health, log),
 plus the runs list. Handlers read the form, call pipeline/, and return updates; the live view
-follows the run directory (a poll in the page asks for a signature of its files every second and the view
-redraws when it changed), so a page reload or an app restart picks a run up again."""
+follows the run directory (a poll in the page asks for a stamp per part of the view every second and the
+parts whose stamp moved are redrawn), so a page reload or an app restart picks a run up again."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pipeline.config import PRESETS, BUNDLED_MODEL_ID, ConfigError, RunConfig, a
 from pipeline.data import DatasetError, load_rows, read_table
 from pipeline.models import catalog_choices, check_processes, gpu_count
 from pipeline.rewards import reward_registry
-from ui import uploads, views
+from ui import uploads, views, watch
 from ui.tab import PageLoad, Tab, TabContext, acting
 from ui.form import (
     REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, form_to_config, number_bounds, reward_rows,
@@ -219,124 +219,106 @@ def snap_config(snap: runs.Snapshot) -> RunConfig | None:
         return None
 
 
-def _empty_view(head: str) -> dict[str, Any]:
-    """Live-view updates for no run, or a run that is gone: the header says which, everything else clears."""
-    return {"progress": head, "health": "", "reward_plot": None, **{f"plot_{key}": None for key in views.CHARTS},
-            "groups": views.groups_html(None), "log": ""}
+# The live view's parts (pipeline/live.py stamps each one) and the outputs each part redraws, by name. Their
+# order is the order the API returns the outputs in.
+PART_OUTPUTS = {
+    "progress": ("progress",),
+    "charts": ("health", "reward_plot", *(f"plot_{key}" for key in views.CHARTS)),
+    "probes": ("probe_plot", "probes", "probe_pick"),
+    "jobs": ("eval_box",),
+    "runs": ("runs_table",),
+    "groups": ("groups", "group_step"),
+    "log": ("log",),
+}
+ALL_PARTS = " ".join(PART_OUTPUTS)
+# The group inspector's slider redraws the groups alone (the page's side; through the API, /refresh takes parts).
+GROUPS_ONLY_JS = "(run, step, pick, action, parts) => [run, step, pick, action, 'groups']"
 
 
-def watch_signature(run_name: str | None, action_name: str | None) -> str:
-    """What the page's poll asks for every second: a signature of the files the Train tab is drawn from
-    (pipeline/live.py). It presses the hidden Refresh button only when this changed."""
-    return live.watch_signature(run_name or None, action_name or None)
+def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None = "latest",
+              action_name: str | None = None, parts: str | None = ALL_PARTS) -> dict[str, Any]:
+    """The live view's one Refresh: redraws the parts named in `parts` (the page's poll names those whose stamp
+    moved; a script leaves it out and gets them all) and leaves every other output as it is. `run_name` is the
+    shown run, `action_name` the Runs panel's. Returns {output name: update} (PART_OUTPUTS)."""
+    moved = set((parts or "").split()) & set(PART_OUTPUTS)
+    out = shown_run_view(run_name, moved & set(live.SHOWN_PARTS), group_step, probe_pick)
+    if "jobs" in moved:
+        out["eval_box"] = eval_view(action_name)
+    if "runs" in moved:
+        out["runs_table"] = runs_table()
+    return out
 
 
-# The live view's poll, run in the page. Every second, while the Train tab shows and the browser tab is in
-# front, it asks the app for watch_signature (one small HTTP call, no Gradio event) and presses the hidden
-# Refresh button only when the signature changed. A Gradio event costs the page work for each output it
-# names, even one that sends nothing (loading states, input snapshots): three timers a second with twenty
-# outputs kept a quarter of a core busy in chromium, and the trainer, beside it on the same cores, lost far
-# more than that (bench/watch_cost.py). Between two steps, watching a run now costs one fetch a second.
-LIVE_POLL_JS = """() => {
-  if (window.gsLivePoll) return;
-  const api = new URL('gradio_api/run/watch_signature', document.baseURI);
-  let last = null, busy = false;
-  const value = (id) => (document.querySelector(id + ' input') || {}).value || null;
-  window.gsLivePoll = setInterval(async () => {
-    const button = document.getElementById('live-refresh');
-    const view = document.getElementById('progress');
-    if (busy || document.hidden || !button || !view || view.offsetParent === null) return;
-    busy = true;
-    try {
-      const reply = await fetch(api, {method: 'POST', headers: {'Content-Type': 'application/json'},
-                                      body: JSON.stringify({data: [value('#run-select'), value('#action-run')]})});
-      const sig = reply.ok ? (await reply.json()).data[0] : null;
-      if (sig !== null && sig !== last) { last = sig; button.click(); }
-    } catch (err) {
-      // the app restarting: the next second tries again
-    } finally {
-      busy = false;
-    }
-  }, %d);
-}""" % int(1000 * live.POLL_S)
-
-
-def refresh(run_name: str | None, group_step, last_sig, snap: runs.Snapshot | None = None) -> dict[str, Any]:
-    """Live view: re-read the run directory (or `snap`, the tick's one read of it). Returns {output name:
-    update}; {} when nothing changed."""
-    path = run_path(run_name)
-    if path is None:
-        refused = runs.run_name_problem(run_name) if run_name else None  # a NUL byte, 300 characters, a path
-        gone = bool(run_name) and refused is None  # a run was picked, and its folder is no longer there (deleted)
-        sig = ("refused", refused) if refused else ("gone", run_name) if gone else ("none",)
-        if sig == last_sig:
-            return {}
-        head = (views.refused_run_html(refused) if refused else views.gone_html(run_name) if gone
-                else views.progress_html(None, {}, [], None))
-        return {**_empty_view(head), "sig": sig}
-    try:
-        return _refresh_run(snap or runs.snapshot(path), run_name, group_step, last_sig)
-    except FileNotFoundError:  # deleted between the check above and the reads
-        return {**_empty_view(views.gone_html(run_name)), "sig": ("gone", run_name)}
-
-
-def _refresh_run(snap: runs.Snapshot | Path, run_name: str, group_step, last_sig) -> dict[str, Any]:
-    snap = snap if isinstance(snap, runs.Snapshot) else runs.snapshot(snap)  # a run folder: read it now
-    status, metrics = snap.status, snap.metrics
-    evals = snap.evals  # for the held-out health check; the probes panel reads the same snapshot
-    sig = (run_name, len(metrics), len(evals), status.get("state"), group_step, snap.size("train.log"))
-    if sig == last_sig:
+def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pick="latest") -> dict[str, Any]:
+    """The named parts of the shown run's view, read from one snapshot of its folder; for no run, a run that is
+    gone or a name that can't be a run, the header says which and the other parts clear."""
+    if not parts:
         return {}
+    path = run_path(run_name)
+    if path is not None:
+        try:
+            return _draw_run(runs.snapshot(path), run_name, parts, group_step, probe_pick)
+        except FileNotFoundError:  # deleted between the check above and the reads
+            pass
+    refused = runs.run_name_problem(run_name) if run_name else None  # a NUL byte, 300 characters, a path
+    head = (views.refused_run_html(refused) if refused else views.gone_html(run_name) if run_name
+            else views.progress_html(None, {}, [], None))
+    empty = {
+        "progress": {"progress": head},
+        "charts": {"health": "", "reward_plot": None, **{f"plot_{key}": None for key in views.CHARTS}},
+        "groups": groups_view([], 0),
+        "probes": {"probe_plot": None, "probes": views.probes_empty_html(RunConfig().to_dict()),
+                   "probe_pick": _probe_picker(views.probe_choices([]), probe_pick)},
+        "log": {"log": ""},
+    }
+    return {name: value for part in parts for name, value in empty[part].items()}
+
+
+def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, probe_pick) -> dict[str, Any]:
     cfg = snap_config(snap)  # with --steps overrides; None when damaged: the header says so, the rest shows
     max_steps = cfg.max_steps if cfg else None
-    lim = views.step_axis(max_steps, [m["step"] for m in metrics])
-    update = {
-        "progress": views.progress_html(run_name, status, metrics, max_steps, snap.problems),
-        "log": snap.log(30),
-        "sig": sig,
-    }
-    # The charts, the health panel and the groups are sent only when their data changed: the log grows
-    # between steps, and re-drawing seven charts in the browser every second takes CPU the trainer needs.
-    last = tuple(last_sig) if isinstance(last_sig, (list, tuple)) and len(last_sig) == len(sig) else None
-    data_changed = last is None or last[:3] != sig[:3]  # run, metrics or probes
-    if data_changed:
-        update.update({
-            "health": views.health_html(metrics, evals),
-            "reward_plot": plot(views.reward_frame(metrics), lim),
-            **{f"plot_{key}": plot(views.metric_frame(metrics, key), lim) for key in views.CHARTS},
-        })
-    if data_changed or last[4] != sig[4]:  # ...or the step picked in the group inspector
-        groups = snap.groups  # the largest file of a run: read only when the groups are redrawn
-        steps = [g["step"] for g in groups]
-        pick = int(group_step or 0)
-        record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
-        update.update({
-            "groups": views.groups_html(record),
-            "group_step": gr.Slider(minimum=0, maximum=max(steps + [1]), step=1),  # a slider needs max > min
-        })
-    return update
+    out: dict[str, Any] = {}
+    if "progress" in parts:
+        out["progress"] = views.progress_html(run_name, snap.status, snap.metrics, max_steps, snap.problems)
+    if "charts" in parts:
+        metrics = snap.metrics
+        lim = views.step_axis(max_steps, [m["step"] for m in metrics])
+        out.update({"health": views.health_html(metrics, snap.evals),
+                    "reward_plot": plot(views.reward_frame(metrics), lim),
+                    **{f"plot_{key}": plot(views.metric_frame(metrics, key), lim) for key in views.CHARTS}})
+    if "groups" in parts:
+        out.update(groups_view(snap.groups, group_step))  # the largest file of a run: read only for its part
+    if "probes" in parts:
+        evals, state = snap.evals, snap.state
+        settings = cfg.to_dict() if cfg else {}
+        lim = views.step_axis(settings.get("max_steps"), [e["step"] for e in evals])
+        choices = views.probe_choices(evals, settings.get("max_steps"), state)
+        out.update({"probe_plot": plot(views.probe_frame(evals), lim),
+                    "probes": views.probes_html(evals, probe_pick, settings, state),
+                    "probe_pick": _probe_picker(choices, probe_pick)})
+    if "log" in parts:
+        out["log"] = snap.log(30)
+    return out
 
 
-def probe_view(run_name: str | None, pick, last_sig=None, snap: runs.Snapshot | None = None) -> dict | None:
-    """A run's probes, from evals.jsonl: held-out chart frame, completions panel, step choices and the
-    signature they were drawn from. None when the signature equals last_sig (nothing to redraw). `snap`:
-    the tick's one read of the run, shared with the rest of the live view."""
-    path = run_path(run_name)
-    if path is None:
-        sig = ("none", pick)
-        return None if sig == last_sig else {"plot": None, "choices": views.probe_choices([]), "sig": sig,
-                                             "panel": views.probes_empty_html(RunConfig().to_dict())}
-    snap = snap or runs.snapshot(path)
-    state = snap.state
-    sig = (run_name, snap.size("evals.jsonl"), state, pick)  # size 0: no probes yet, or the folder just went
-    if sig == last_sig:
-        return None
-    evals = snap.evals
-    config = snap_config(snap)
-    cfg = config.to_dict() if config else {}
-    lim = views.step_axis(cfg.get("max_steps"), [e["step"] for e in evals])
-    return {"plot": views.probe_frame(evals), "x_lim": lim, "panel": views.probes_html(evals, pick, cfg, state),
-            "choices": views.probe_choices(evals, cfg.get("max_steps"), state), "sig": sig}
+def groups_view(groups: list[dict], group_step) -> dict[str, Any]:
+    """The group inspector at the picked step (0: the latest), and the step slider's range."""
+    steps = [g["step"] for g in groups]
+    pick = int(group_step or 0)
+    record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
+    return {"groups": views.groups_html(record),
+            "group_step": gr.Slider(minimum=0, maximum=max(steps + [1]), step=1)}  # a slider needs max > min
+
+
+def _probe_picker(choices: list[tuple[str, str]], pick) -> gr.Radio:
+    # The value is only reset when the pick is gone: a redraw started before the user picked a step carries
+    # the old pick and must not put it back (the next redraw has the new one).
+    return gr.Radio(choices=choices) if pick in [v for _, v in choices] else gr.Radio(choices=choices, value="latest")
+
+
+def picked_probes(run_name: str | None, pick) -> str:
+    """The completions panel at the probe step the user picked."""
+    return shown_run_view(run_name, {"probes"}, probe_pick=pick)["probes"]
 
 
 def runs_table():
@@ -346,13 +328,6 @@ def runs_table():
     # Whose run it is matters only once someone logged in started one: without owners the column stays out.
     columns = [c for c in RUN_COLUMNS if c != "owner" or any(r.get("owner") for r in rows)]
     return pd.DataFrame([[r.get(c) for c in columns] for r in rows], columns=columns)
-
-
-def runs_table_if_changed(last: str | None):
-    """Live view, runs table: the table only when it changed (a re-sent table is re-drawn)."""
-    frame = runs_table()
-    key = frame.to_json()
-    return (gr.skip(), last) if key == last else (frame, key)
 
 
 def refresh_runs(current: str | None) -> tuple[gr.Dropdown, Any, gr.CheckboxGroup, gr.Dropdown]:
@@ -416,25 +391,19 @@ def stop_push(name: str | None, operators=(), request: gr.Request = None):
     return _stop_job("push", "push", name, operators, request)
 
 
-def eval_view(name: str | None, last_sig=None):
-    """Live view: the jobs of the Runs panel's run, in words. Its evaluation (or, when it has none, one
+def eval_view(name: str | None) -> str:
+    """The Runs panel's jobs box: the jobs of its run, in words. Its evaluation (or, when it has none, one
     running elsewhere), read from eval_status.json and eval.json, then its push to the Hub (push_status.json),
-    when it has one. Returns (markdown or gr.skip(), signature)."""
+    when it has one."""
     path = pushed = run_path(name)  # `path` may become a run evaluated elsewhere; the push is the shown run's
     status = runs.read_eval_status(path) if path is not None else None
     if status is None and (active := runner.active_evals()):
         path, status = active[0], runs.read_eval_status(active[0])
     result_file = path / "eval.json" if path is not None else None
-    mtime = result_file.stat().st_mtime_ns if result_file is not None and result_file.exists() else None
     state = (status or {}).get("state")
-    push = runs.read_push_status(pushed) if pushed is not None else None
-    sig = (path.name if path else None, state, (status or {}).get("done"), (status or {}).get("phase"), mtime,
-           (push or {}).get("state"), (push or {}).get("error"))
-    if sig == last_sig:
-        return gr.skip(), last_sig
-    push_line = views.push_markdown(pushed.name, push) if pushed is not None else None
-    if path is None or (status is None and mtime is None):
-        return push_line or "", sig
+    push_line = views.push_markdown(pushed.name, runs.read_push_status(pushed)) if pushed is not None else None
+    if path is None or (status is None and not result_file.exists()):
+        return push_line or ""
     result = None
     if state not in views.EVAL_UNFINISHED:
         try:
@@ -442,7 +411,7 @@ def eval_view(name: str | None, last_sig=None):
         except (OSError, ValueError) as exc:
             result = exc
     text = views.eval_markdown(path.name, status, result)
-    return (text + "\n\n" + push_line if push_line else text), sig
+    return text + "\n\n" + push_line if push_line else text
 
 
 def delete_run(name: str | None, confirmed: bool, operators=(), request: gr.Request = None):
@@ -470,7 +439,7 @@ def fill_preset(name: str, allow_custom: bool = False) -> dict[str, Any]:
 
 def build(ctx: TabContext) -> Tab:
     """Add the Train tab to the enclosing gr.Blocks. On page load it offers the runs on disk (refresh_runs: a
-    reload finds the active or latest run again), folds the settings and starts LIVE_POLL_JS."""
+    reload finds the active or latest run again), folds the settings and follows the run files (ui/watch.py)."""
     allow_custom = ctx.allow_custom_rewards
     defaults = config_to_form(RunConfig())
     with gr.Tab(TAB_LABEL, id="train"):
@@ -587,12 +556,16 @@ def build(ctx: TabContext) -> Tab:
                  "prompt_column": prompt_col, "answer_column": answer_col, "system_prompt": system,
                  "hub_id": hub_id, "hub_config": hub_config, "hub_split": hub_split, "rewards": rewards, **hyper}
         form = {key: parts[key] for key in form_keys()}
-        last_sig = gr.State(None)
-        # The live view: the page's poll (LIVE_POLL_JS) presses this hidden button when the run files changed.
+        # The live view: the page's poll (ui/watch.py) presses this hidden button when a part's stamp moved, and its
+        # event hands the handler those parts (its last input, filled in by the poll's js).
         live_refresh = gr.Button("Refresh the live view", elem_id="live-refresh", elem_classes=["gs-hidden"])
-        # The live view's outputs by name, in the order the API returns them (refresh leaves out what is unchanged).
-        watch = {"progress": progress_box, "health": health, "reward_plot": reward_plot, **plots, "groups": groups,
-                 "log": log, "group_step": group_step, "sig": last_sig}
+        moved_parts = gr.Textbox(ALL_PARTS, label="Live view parts to redraw", elem_classes=["gs-hidden"])
+        # The live view's outputs by name (PART_OUTPUTS), in the order the API returns them.
+        shown = {"progress": progress_box, "health": health, "reward_plot": reward_plot, **plots, "groups": groups,
+                 "group_step": group_step, "log": log, "probe_plot": probe_plot, "probes": probes_panel,
+                 "probe_pick": probe_pick, "eval_box": eval_box, "runs_table": table}
+        live_outputs = {name: shown[name] for names in PART_OUTPUTS.values() for name in names}
+        live_inputs = [run_select, group_step, probe_pick, action_run, moved_parts]
 
         source.change(lambda s: (gr.Group(visible=SOURCES[s] == "file"), gr.Group(visible=SOURCES[s] == "hub")),
                       source, [file_box, hub_box])
@@ -609,56 +582,26 @@ def build(ctx: TabContext) -> Tab:
                         concurrency_limit=1, concurrency_id="start").then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
         stop_btn.click(stop_training, [run_select, ops], message)
-        gr.api(watch_signature, api_name="watch_signature", queue=False)
-        # A step picked in the group inspector redraws the groups (the API's /refresh is this handler).
-        group_step.release(keyed(refresh, watch), [run_select, group_step, last_sig], list(watch.values()),
-                           show_progress="hidden", api_name="refresh")
-        probe_sig = gr.State(None)
-
-        def refresh_probes(run_name, pick, last, snap=None):
-            """Live view, held-out chart and completions panel; nothing is sent when unchanged."""
-            view = probe_view(run_name, pick, last, snap)
-            if view is None:
-                return {probe_sig: last}
-            values = [v for _, v in view["choices"]]
-            # The value is only reset when the pick is gone: a refresh started before the user picked a step
-            # carries the old pick and must not put it back (the next refresh redraws with the new one).
-            picker = (gr.Radio(choices=view["choices"]) if pick in values else
-                      gr.Radio(choices=view["choices"], value="latest"))
-            return {probe_plot: plot(view["plot"], view.get("x_lim")), probes_panel: view["panel"], probe_sig: view["sig"],
-                    probe_pick: picker}
-
-        probe_pick.input(lambda run, pick: probe_view(run, pick)["panel"], [run_select, probe_pick], probes_panel,
-                         show_progress="hidden")
-        run_select.change(lambda: (None, None, "latest"), None, [last_sig, probe_sig, probe_pick])
+        # A step picked in the group inspector redraws the groups. Through the API (/refresh) it is the live view's
+        # Refresh, every part unless told which.
+        group_step.release(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),
+                           js=GROUPS_ONLY_JS, show_progress="hidden", api_name="refresh")
+        probe_pick.input(picked_probes, [run_select, probe_pick], probes_panel, show_progress="hidden")
+        run_select.change(lambda: "latest", None, probe_pick)
         refresh_btn.click(refresh_runs, run_select, [run_select, table, compare, action_run])
         compare.change(compare_runs, compare, compare_plot)
         resume_btn.click(resume_training, [action_run, allow, ops], [run_select, action_msg]).then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
         # The evaluation is a runner job: the click returns at once; its files' changes show its progress and result.
-        eval_sig = gr.State(None)
         eval_btn.click(evaluate_run, [action_run, ops], action_msg, api_name="evaluate_run").then(
-            eval_view, [action_run], [eval_box, eval_sig], show_progress="hidden")
+            eval_view, [action_run], eval_box, show_progress="hidden")
         eval_stop_btn.click(stop_evaluation, [action_run, ops], action_msg, api_name="stop_evaluation")
         push_stop_btn.click(stop_push, [action_run, ops], action_msg, api_name="stop_push")
         delete_btn.click(delete_run, [action_run, confirm, ops], [action_msg, confirm]).then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
-        table_sig = gr.State(None)
-
-        def live_update(run_name, step_pick, last, pick, last_probe, action, last_eval, last_table):
-            """The hidden Refresh button: every part of the live view redraws what changed, in one event."""
-            path = run_path(run_name)
-            snap = runs.snapshot(path) if path is not None else None  # the shown run, read once for every part
-            out = {watch[name]: value for name, value in refresh(run_name, step_pick, last, snap).items()}
-            out.update(refresh_probes(run_name, pick, last_probe, snap))
-            out[eval_box], out[eval_sig] = eval_view(action, last_eval)
-            out[table], out[table_sig] = runs_table_if_changed(last_table)
-            return out
-
-        live_refresh.click(live_update, [run_select, group_step, last_sig, probe_pick, probe_sig, action_run, eval_sig,
-                                         table_sig],
-                           {*watch.values(), probe_plot, probes_panel, probe_pick, probe_sig, eval_box, eval_sig, table,
-                            table_sig},
-                           show_progress="hidden", trigger_mode="always_last", api_visibility="private")
+        live_refresh.click(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),
+                           js=watch.take_moved_js("live-refresh", len(live_inputs)), show_progress="hidden",
+                           trigger_mode="always_last", api_visibility="private")
+        follow_runs = watch.follow("progress", "live-refresh", tuple(PART_OUTPUTS))
     return Tab(loads=(PageLoad(refresh_runs, [run_select], [run_select, table, compare, action_run]),),
-               scripts=(CLOSE_SETTINGS_JS, LIVE_POLL_JS))
+               scripts=(CLOSE_SETTINGS_JS, follow_runs))

@@ -2,6 +2,7 @@
 same, and redraws within seconds of a new metrics line (a stand-in trainer: this test process)."""
 
 import os
+import re
 import time
 
 import pytest
@@ -31,9 +32,18 @@ def watched_run(studio_data):
 
 
 def test_no_event_while_nothing_changes_and_a_redraw_when_a_step_lands(page, app_url, watched_run):
-    events, polls = [], []
-    page.on("request", lambda r: events.append(r.url) if "/queue/join" in r.url else
-            polls.append(r.url) if "/run/watch_signature" in r.url else None)
+    events, polls, redraws = [], [], []
+
+    def seen(request):
+        if "/queue/join" in request.url:
+            events.append(request.url)
+            data = (request.post_data_json or {}).get("data") or []
+            if len(data) == 5 and isinstance(data[4], str):  # the live view's Refresh: its last input, the parts
+                redraws.append(set(data[4].split()))
+        elif "/run/live_stamps" in request.url:
+            polls.append(request.url)
+
+    page.on("request", seen)
     page.goto(app_url)
     expect(page.locator("#run-select input")).to_have_value(watched_run.name)
     expect(page.locator("#progress .gs-progress")).to_have_attribute("data-step", "1", timeout=30_000)
@@ -47,3 +57,9 @@ def test_no_event_while_nothing_changes_and_a_redraw_when_a_step_lands(page, app
     expect(page.locator("#progress .gs-progress")).to_have_attribute("data-step", "2", timeout=5_000)
     assert len(events) >= 1
     expect(page.locator("#reward-plot")).to_contain_text("total (weighted)")
+    # The Refresh was told what moved: the header and the charts, not the groups, the probes or the log.
+    assert redraws and {"progress", "charts"} <= redraws[-1] and not {"groups", "probes", "log"} & redraws[-1], redraws
+
+    (watched_run / "train.log").write_text("a new log line\n")  # the log alone moved: the log alone is redrawn
+    expect(page.locator("#log textarea")).to_have_value(re.compile("a new log line"), timeout=5_000)
+    assert redraws[-1] == {"log"}, redraws

@@ -97,17 +97,18 @@ def test_queued_events_refuse_direct_posts_while_the_live_poll_and_the_client_wo
     table = {"headers": ["use", "reward", "weight", "params (JSON)"], "data": []}
     status, body = post_json(base + "/gradio_api/run/score_candidates", {"data": [table, "", "", "", "1,0", True]})
     assert status == 404 and "join the queue" in str(body), (status, body)
-    status, body = post_json(base + "/gradio_api/run/watch_signature", {"data": [None, None]})
-    assert status == 200 and body["data"][0].startswith("None:none\nNone:none"), (status, body)
+    status, body = post_json(base + "/gradio_api/run/live_stamps", {"data": [None, None]})
+    assert status == 200 and body["data"][0]["progress"] == "none" and body["data"][0]["jobs"].startswith("none;"), (
+        status, body)
     _, summary = client.predict(table, "", "", "", "1,0", True, api_name="/score_candidates")
     assert "std" in summary
 
 
 @pytest.mark.parametrize("name", ["bad\x00name", "x" * 300, "../../etc", "/etc/passwd", "a\\b"])
 def test_the_live_poll_answers_bad_run_names_with_a_reason(client, name):
-    status, body = post_json(client.src.rstrip("/") + "/gradio_api/run/watch_signature", {"data": [name, name]})
+    status, body = post_json(client.src.rstrip("/") + "/gradio_api/run/live_stamps", {"data": [name, name]})
     assert status == 200, (status, body)
-    shown, action, _ = body["data"][0].split("\n", 2)
+    shown, action = body["data"][0]["progress"], body["data"][0]["jobs"].split(";")[0]
     assert shown == action and shown.startswith("refused: ") and "run name" in shown, shown
 
 
@@ -177,8 +178,13 @@ def test_a_run_deleted_while_its_page_is_open(client):
     shutil.rmtree(run_dir)  # deleted from another tab, or by hand
     progress, *_ = client.predict(run_dir.name, 0, api_name="/refresh")
     assert "data-state='gone'" in progress and "is no longer on disk" in progress
-    # The poll keeps refreshing without an error; nothing changed, so nothing is re-sent.
-    progress, *_ = client.predict(run_dir.name, 0, api_name="/refresh")
+    # The poll keeps answering without an error; nothing changed, so no part is redrawn, and a redraw of no
+    # parts sends nothing.
+    answers = [post_json(client.src.rstrip("/") + "/gradio_api/run/live_stamps", {"data": [run_dir.name, None]})
+               for _ in range(2)]
+    stamps = [body["data"][0] for status, body in answers if status == 200]
+    assert len(stamps) == 2 and stamps[0] == stamps[1] and "gone" in stamps[0]["progress"], answers
+    progress, *_ = client.predict(run_dir.name, 0, "latest", None, "", api_name="/refresh")
     assert progress == {"props": {"__type__": "update"}, "__type__": "update"}
     _, table, *_ = client.predict(None, api_name="/refresh_runs")
     assert run_dir.name not in [row[0] for row in table["data"]]

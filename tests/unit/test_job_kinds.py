@@ -168,11 +168,11 @@ def test_a_run_being_pushed_is_not_deleted_and_the_runs_panel_shows_the_push(tmp
     with pytest.raises(ValueError, match="being pushed to the Hub"):
         runs.delete_run(run_dir)
     assert run_dir.is_dir()
-    text, _ = train.eval_view(run_dir.name)
+    text = train.eval_view(run_dir.name)
     assert "Pushing **" + run_dir.name + "** to `me/model`" in text
 
     jobstate.write_state(run_dir, runs.PUSH_STATUS_FILE, "pusher", "failed", error="Push failed: offline.")
-    text, _ = train.eval_view(run_dir.name)
+    text = train.eval_view(run_dir.name)
     assert "Push failed: offline." in text
     assert train.stop_push(run_dir.name) == "No push is running."  # the Runs panel's Stop push, nothing to stop
     runs.delete_run(run_dir)

@@ -1,69 +1,172 @@
-"""The live view's signature: it changes when a file the Train tab is drawn from changes, and only then
-(the page redraws on a change, so a signature that moved every second would redraw every second)."""
+"""The live view's one change detector: pipeline/live.py gives a stamp per part of the view, the page redraws
+the parts whose stamp moved, and the Refresh handler draws those parts and nothing else. A stamp that moved
+every second would redraw every second; a stamp that missed a change would leave the view stale."""
 
+import json
 import os
 import time
+
+import pandas as pd
+import pytest
 
 from pipeline import jobstate, live, runs
 from pipeline.config import RunConfig
 
 
+@pytest.fixture(autouse=True)
+def own_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+
+
 def make_running_run(name: str):
     run_dir = runs.new_run_dir(name)
-    runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=10).to_dict())
     # This test process stands in for the trainer: alive, so the run reads as running.
     runs.write_status(run_dir, "running", pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()))
     return run_dir
 
 
-def test_the_signature_holds_still_until_a_file_the_view_reads_changes(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+def append(path, row: dict) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps(row) + "\n")
+
+
+def settled() -> float:
+    """A moment after every file written so far: the log's stamp is exact by then."""
+    return time.time() + live.LOG_EVERY_S + 1
+
+
+def test_the_stamps_hold_still_until_a_file_a_part_reads_changes():
     run_dir = make_running_run("live")
     other = make_running_run("other")
-    sig = live.watch_signature(run_dir.name, None)
-    assert live.watch_signature(run_dir.name, None) == sig  # nothing happened: nothing to redraw
-    for name, line in [("metrics.jsonl", '{"step": 1}'), ("groups.jsonl", '{"step": 1}'),
-                       ("evals.jsonl", '{"step": 0}')]:
-        with open(run_dir / name, "a") as fh:
-            fh.write(line + "\n")
-        new = live.watch_signature(run_dir.name, None)
-        assert new != sig, name
-        sig = new
-    runs.write_eval_status(other, "running", done=1, total=4)  # the Runs panel shows evaluations of any run
-    assert live.watch_signature(run_dir.name, None) != sig
-    sig = live.watch_signature(run_dir.name, None)
-    assert live.watch_signature(run_dir.name, other.name) != sig  # another run picked in the Runs panel
-    assert live.watch_signature(other.name, None) != sig  # another run shown
+    now = settled()
+    before = live.stamps(run_dir.name, None, now)
+    assert set(before) == set(live.PARTS)
+    assert live.stamps(run_dir.name, None, now) == before  # nothing happened: nothing to redraw
+
+    def moved(change) -> set[str]:
+        nonlocal before
+        change()
+        after = live.stamps(run_dir.name, other.name, settled())
+        parts = {part for part in live.PARTS if after[part] != before[part]}
+        before = after
+        return parts
+
+    moved(lambda: None)  # the Runs panel now shows `other`: from here on both runs are picked
+    assert moved(lambda: None) == set()
+    step, group, probe = {"step": 1, "reward": 1.0}, {"step": 1, "groups": []}, {"step": 0, "reward": 0.5}
+    assert moved(lambda: append(run_dir / "metrics.jsonl", step)) == {"progress", "charts", "runs"}
+    assert moved(lambda: append(run_dir / "groups.jsonl", group)) == {"progress", "groups"}
+    assert moved(lambda: append(run_dir / "evals.jsonl", probe)) == {"progress", "charts", "probes"}
+    assert moved(lambda: (run_dir / "train.log").write_text("step 1\n")) == {"log"}
+    assert moved(lambda: runs.write_eval_status(other, "running", done=1, total=4)) == {"jobs"}
+    assert moved(lambda: jobstate.write_state(other, runs.PUSH_STATUS_FILE, "pusher", "failed",
+                                              error="offline")) == {"jobs", "push"}
+    assert moved(lambda: runs.write_status(other, "stopped")) == {"runs"}
+    assert moved(lambda: make_running_run("third")) == {"runs", "jobs", "push"}  # a new run folder is listed
 
 
-def test_a_chatty_log_redraws_the_view_at_most_every_few_seconds(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+def test_a_chatty_log_moves_its_stamp_at_most_every_few_seconds_and_settles_on_its_last_lines():
     run_dir = make_running_run("chatty")
     log = run_dir / "train.log"
-    now = time.time()
-    start = (int(now) // live.LOG_EVERY_S) * live.LOG_EVERY_S  # the start of a bucket
+    start = (int(time.time()) // live.LOG_EVERY_S) * live.LOG_EVERY_S  # the start of a window
     log.write_text("a\n")
     os.utime(log, (start + 0.5, start + 0.5))
-    sig = live.watch_signature(run_dir.name, None)
+    stamp = live.stamps(run_dir.name, None, start + 1)["log"]
     log.write_text("a\nb\n")
     os.utime(log, (start + 1.5, start + 1.5))  # grown, in the same few seconds
-    assert live.watch_signature(run_dir.name, None) == sig
-    os.utime(log, (start + live.LOG_EVERY_S + 0.5,) * 2)  # a later bucket: the tail is redrawn
-    assert live.watch_signature(run_dir.name, None) != sig
+    assert live.stamps(run_dir.name, None, start + 2)["log"] == stamp
+    os.utime(log, (start + live.LOG_EVERY_S + 0.5,) * 2)  # a later window: the tail is redrawn
+    later = live.stamps(run_dir.name, None, start + live.LOG_EVERY_S + 1)["log"]
+    assert later != stamp
+    # Quiet for a few seconds: the stamp becomes exact, so the last lines written show.
+    assert live.stamps(run_dir.name, None, start + 3 * live.LOG_EVERY_S)["log"] != later
 
 
-def test_a_trainer_that_dies_without_a_word_changes_the_signature(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+def test_a_trainer_that_dies_without_a_word_moves_the_parts_that_show_its_state(monkeypatch):
     run_dir = make_running_run("dies")
-    sig = live.watch_signature(run_dir.name, None)
+    now = settled()
+    before = live.stamps(run_dir.name, None, now)
     monkeypatch.setattr(jobstate, "_process_alive", lambda pid, *start: False)  # SIGKILL: status.json says running
-    assert live.watch_signature(run_dir.name, None) != sig
+    after = live.stamps(run_dir.name, None, now)
+    assert {part for part in live.PARTS if after[part] != before[part]} == {"progress", "probes", "runs"}
 
 
-def test_a_deleted_run_changes_the_signature(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+def test_a_deleted_run_moves_every_part_it_was_drawn_in():
     run_dir = make_running_run("deleted")
-    sig = live.watch_signature(run_dir.name, None)
+    before = live.stamps(run_dir.name, run_dir.name)
     runs.write_status(run_dir, "stopped")
     runs.delete_run(run_dir)
-    assert live.watch_signature(run_dir.name, None) != sig
+    after = live.stamps(run_dir.name, run_dir.name)
+    assert {part for part in live.PARTS if after[part] != before[part]} >= {*live.SHOWN_PARTS, "jobs", "runs"}
+    assert after["progress"] == f"{run_dir.name}: gone"
+
+
+# ---- the Refresh handler draws exactly the parts that moved -------------------------------------------------
+
+
+def comparable(value):
+    """An update as plain data, so two draws of the same output can be compared."""
+    if isinstance(value, pd.DataFrame):
+        # The runs table's duration of a running run grows every second; the table is redrawn with each step.
+        return value.drop(columns=["duration_s"], errors="ignore").to_json()
+    if hasattr(value, "constructor_args"):  # gr.LinePlot(...), gr.Radio(...), gr.Slider(...)
+        return {k: comparable(v) for k, v in value.constructor_args.items()}
+    return value
+
+
+def draw_everything(shown, action) -> dict:
+    from ui import train
+
+    return {name: comparable(v) for name, v in train.live_view(shown, 0, "latest", action, train.ALL_PARTS).items()}
+
+
+@pytest.mark.parametrize("shown", ["drawn", None, "gone-run", "bad" + chr(0) + "name"])
+def test_the_refresh_draws_the_outputs_of_the_parts_it_is_given_and_no_other(shown):
+    from ui import train
+
+    assert set(train.PART_OUTPUTS) == set(live.PARTS) - {"push"}  # every Train part has its outputs (push: Chat's)
+    run_dir = make_running_run("drawn")
+    append(run_dir / "metrics.jsonl", {"step": 1, "reward": 1.0})
+    append(run_dir / "groups.jsonl", {"step": 1, "groups": []})
+    for part, outputs in train.PART_OUTPUTS.items():
+        assert set(train.live_view(shown, 0, "latest", run_dir.name, part)) == set(outputs), part
+    assert train.live_view(shown, 0, "latest", run_dir.name, "") == {}  # nothing moved: nothing is sent
+    everything = train.live_view(shown, 0, "latest", run_dir.name, train.ALL_PARTS)
+    assert set(everything) == {name for names in train.PART_OUTPUTS.values() for name in names}
+
+
+def test_every_output_that_changes_is_in_a_part_whose_stamp_moved():
+    """Draw the whole view before and after each change to the run files: an output that came out different
+    belongs to a part whose stamp moved (else the page would keep showing the old one), and the handler, told
+    the moved parts, sends those parts' outputs and no other."""
+    from ui import train
+
+    shown, action = make_running_run("shown"), make_running_run("picked")
+    changes = {
+        "a step": lambda: append(shown / "metrics.jsonl", {"step": 1, "reward": 1.0, "kl": 0.1, "rewards": {}}),
+        "its groups": lambda: append(shown / "groups.jsonl", {"step": 1, "weights": {}, "groups": [
+            {"prompt": "p", "completions": [{"completion": "a", "rewards": {}, "total": 1.0, "advantage": 0.7}]}]}),
+        "a probe": lambda: append(shown / "evals.jsonl", {"step": 0, "reward": 0.5, "samples": []}),
+        "log lines": lambda: (shown / "train.log").write_text("step 1\nstep 2\n"),
+        "a longer run": lambda: runs.record_launch(shown, True, 1, {"max_steps": 20}, []),
+        "an evaluation": lambda: runs.write_eval_status(action, "running", done=1, total=4, phase="base"),
+        "its result": lambda: (runs.write_json_atomic(action / "eval.json", {"n": 1, "base": {}, "tuned": {},
+                                                                              "delta": 0.0, "samples": []}),
+                               runs.write_eval_status(action, "done", done=4, total=4)),
+        "a push": lambda: jobstate.write_state(action, runs.PUSH_STATUS_FILE, "pusher", "failed", error="offline"),
+        "a stop": lambda: runs.write_status(shown, "stopped"),
+        "another run": lambda: make_running_run("another"),
+        "a deletion": lambda: runs.delete_run(shown),
+    }
+    for what, change in changes.items():
+        stamps, view = live.stamps(shown.name, action.name, settled()), draw_everything(shown.name, action.name)
+        change()
+        new_stamps, new_view = live.stamps(shown.name, action.name, settled()), draw_everything(shown.name, action.name)
+        moved = {part for part in train.PART_OUTPUTS if new_stamps[part] != stamps[part]}
+        assert moved, what
+        changed = {name for name in new_view if new_view[name] != view[name]}
+        stale = changed - {name for part in moved for name in train.PART_OUTPUTS[part]}
+        assert not stale, f"{what}: {sorted(stale)} changed, but no stamp of theirs moved (moved: {sorted(moved)})"
+        redrawn = train.live_view(shown.name, 0, "latest", action.name, " ".join(moved))
+        assert set(redrawn) == {name for part in moved for name in train.PART_OUTPUTS[part]}, what

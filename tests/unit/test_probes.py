@@ -186,21 +186,25 @@ def test_no_held_out_warning_when_both_fall_both_rise_or_too_few_probes():
     assert health_warnings(rising) == []  # no probes at all
 
 
-def test_train_tab_reads_a_runs_probes_and_skips_when_nothing_changed():
-    from ui.train import probe_view
+def test_train_tab_reads_a_runs_probes_and_draws_them_when_their_stamp_moves():
+    from pipeline import live
+    from ui.train import live_view, picked_probes
 
     run_dir = runs.new_run_dir("probe-view")
     runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=10).to_dict())
     runs.write_status(run_dir, "stopped")
-    assert "step 0 is the base model" in probe_view(run_dir.name, "latest")["panel"]
+    assert "step 0 is the base model" in live_view(run_dir.name, parts="probes")["probes"]
+    stamp = live.stamps(run_dir.name, None)["probes"]
     for e in EVALS:
         runs.append_jsonl(run_dir / probes.PROBE_FILE, e)
-    view = probe_view(run_dir.name, "latest")
-    assert "data-step='10'" in view["panel"] and ("0 · base", "0") in view["choices"]
-    assert set(view["plot"]["series"]) == {"total (weighted)", "length_target", "token_diversity"}
-    assert probe_view(run_dir.name, "latest", view["sig"]) is None  # a refresh with nothing new sends nothing
-    assert "data-step='5'" in probe_view(run_dir.name, "5", view["sig"])["panel"]
-    assert probe_view("../etc", "latest")["plot"] is None  # only existing run folders are read
+    assert live.stamps(run_dir.name, None)["probes"] != stamp  # the page redraws the probes
+    view = live_view(run_dir.name, parts="probes")
+    assert set(view) == {"probe_plot", "probes", "probe_pick"}
+    assert "data-step='10'" in view["probes"] and ("0 · base", "0") in view["probe_pick"].constructor_args["choices"]
+    series = view["probe_plot"].constructor_args["value"]["series"]
+    assert set(series) == {"total (weighted)", "length_target", "token_diversity"}
+    assert "data-step='5'" in picked_probes(run_dir.name, "5")  # a step picked by hand
+    assert live_view("../etc", parts="probes")["probe_plot"] is None  # only existing run folders are read
 
 
 def test_panel_shows_format_compliance_for_answers_with_a_reference():

@@ -196,37 +196,13 @@ def test_every_run_name_entry_point_answers_a_bad_name_with_a_reason(name):
     problem = runs.run_name_problem(name)
     assert problem and "run name" in problem or "No run picked" in problem, problem
     assert runs.resolve_run(name) is None
-    shown, action, _ = live.watch_signature(name, name).split("\n", 2)
-    assert shown == action == f"refused: {problem}"
-    view = train.refresh(name, 0, None)
-    assert "data-state='refused'" in view["progress"] and view["sig"] == ("refused", problem)
-    assert train.refresh(name, 0, view["sig"]) == {}  # the next poll sends nothing
+    stamps = live.stamps(name, name)
+    assert stamps["progress"] == stamps["jobs"].split(";")[0] == f"refused: {problem}"
+    assert live.stamps(name, name) == stamps  # the next poll finds nothing moved: nothing is redrawn
+    view = train.live_view(name, 0, "latest", name)
+    assert "data-state='refused'" in view["progress"] and view["log"] == ""
     assert train.stop_training(name) == "Pick a run to stop."
     assert train.delete_run(name, True) == ("Pick a run to delete.", False)
     if isinstance(name, str):
         with pytest.raises(ChatModelError):
             run_for_choice("run:" + name)
-
-
-def test_the_live_view_redraws_charts_only_when_the_metrics_change(tmp_path, monkeypatch):
-    """A growing log between steps updates the header and the log, not the seven charts (each re-draw
-    costs the browser CPU that the trainer, on the same machine, needs)."""
-    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
-    from pipeline.config import RunConfig
-    from ui.train import _refresh_run
-
-    run_dir = runs.new_run_dir("live")
-    runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
-    runs.write_status(run_dir, "running", step=1)
-    (run_dir / "metrics.jsonl").write_text('{"step": 1, "reward": 1.0}\n')
-    (run_dir / "train.log").write_text("step 1\n")
-    first = _refresh_run(run_dir, run_dir.name, 0, None)
-    assert {"reward_plot", "health", "groups", "log", "progress"} <= set(first)
-    with open(run_dir / "train.log", "a") as fh:
-        fh.write("more log\n")
-    second = _refresh_run(run_dir, run_dir.name, 0, first["sig"])
-    assert set(second) == {"progress", "log", "sig"}, sorted(second)
-    with open(run_dir / "metrics.jsonl", "a") as fh:
-        fh.write('{"step": 2, "reward": 2.0}\n')
-    third = _refresh_run(run_dir, run_dir.name, 0, second["sig"])
-    assert "reward_plot" in third and "groups" in third

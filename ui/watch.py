@@ -1,0 +1,91 @@
+"""The page's one change detector. Once a second, while a view that follows the run files is on screen and
+the browser tab is in front, the page asks the app for the stamps of pipeline/live.py (one small HTTP call
+to a queue-free endpoint, no Gradio event) and presses a view's hidden Refresh button only when a part it
+draws has a new stamp; the handler is told which parts moved and redraws only those. A Gradio event costs
+the page work for each output it names, and a re-sent plot is drawn again: three timers a second with twenty
+outputs kept a quarter of a core busy in chromium, and the trainer beside it lost far more than that
+(bench/watch_cost.py). Between two steps, watching a run costs one fetch a second."""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+from gradio.context import get_blocks_context
+
+from pipeline import live
+
+ENDPOINT = "live_stamps"
+
+
+def live_stamps(run_name: str | None, action_name: str | None) -> dict[str, str]:
+    """What the page's poll asks for every second: a stamp per part of the live views (pipeline/live.py) for
+    the run the Train tab shows and the run picked in its Runs panel."""
+    return live.stamps(run_name or None, action_name or None)
+
+
+# Installed once per page; each view adds itself to `window.gsWatch.views`. `take(button)` hands the parts
+# that moved since that button's last event to the event (its js), and forgets them.
+POLL_JS = """() => {
+  const view = %(view)s;
+  const watch = window.gsWatch = window.gsWatch || {views: [], drawn: {}, moved: {}};
+  if (!watch.views.some((v) => v.button === view.button)) watch.views.push(view);
+  if (watch.timer) return;
+  watch.take = (button) => {
+    const moved = [...(watch.moved[button] || [])];
+    watch.moved[button] = new Set();
+    return moved.join(' ');
+  };
+  const api = new URL('gradio_api/run/%(endpoint)s', document.baseURI);
+  const value = (id) => (document.querySelector(id + ' input') || {}).value || null;
+  const onScreen = (id) => { const el = document.getElementById(id); return !!el && el.offsetParent !== null; };
+  let busy = false;
+  watch.timer = setInterval(async () => {
+    const views = watch.views.filter((v) => onScreen(v.show) && document.getElementById(v.button));
+    if (busy || document.hidden || !views.length) return;
+    busy = true;
+    try {
+      const reply = await fetch(api, {method: 'POST', headers: {'Content-Type': 'application/json'},
+                                      body: JSON.stringify({data: [value('#run-select'), value('#action-run')]})});
+      const stamps = reply.ok ? (await reply.json()).data[0] : null;
+      if (!stamps) return;
+      for (const v of views) {
+        const moved = v.parts.filter((part) => stamps[part] !== watch.drawn[part]);
+        moved.forEach((part) => { watch.drawn[part] = stamps[part]; });
+        // A view that starts empty (drawFirst false) only takes note of the stamps it first sees.
+        const first = !v.seen;
+        v.seen = true;
+        if (!moved.length || (first && !v.drawFirst)) continue;
+        const pending = watch.moved[v.button] = watch.moved[v.button] || new Set();
+        moved.forEach((part) => pending.add(part));
+        document.getElementById(v.button).click();
+      }
+    } catch (err) {
+      // the app restarting: the next second tries again
+    } finally {
+      busy = false;
+    }
+  }, %(every_ms)d);
+}"""
+
+
+def follow(show: str, button: str, parts: tuple[str, ...], draw_first: bool = True) -> str:
+    """A view that follows the run files: the page script that presses the hidden button `button` (an elem_id)
+    when one of `parts` (pipeline/live.py: PARTS) moved while the element `show` is on screen. With
+    `draw_first` the first stamps seen draw the view (a page load shows the run); without, the view waits for
+    a change. Registers the poll's endpoint in the Blocks being built, once."""
+    unknown = set(parts) - set(live.PARTS)
+    if unknown:
+        raise ValueError(f"Unknown live view parts {sorted(unknown)}; the parts are {list(live.PARTS)}.")
+    blocks = get_blocks_context()
+    if blocks is not None and not any(getattr(fn, "api_name", None) == ENDPOINT for fn in blocks.fns.values()):
+        gr.api(live_stamps, api_name=ENDPOINT, queue=False)
+    view = {"show": show, "button": button, "parts": list(parts), "drawFirst": draw_first}
+    return POLL_JS % {"view": json.dumps(view), "endpoint": ENDPOINT, "every_ms": int(1000 * live.POLL_S)}
+
+
+def take_moved_js(button: str, inputs: int) -> str:
+    """An event's js that hands the parts that moved (the poll's, for `button`) to its last input, in place of
+    that input's value; with no poll on the page, the input's own value stands."""
+    return (f"(...inputs) => [...inputs.slice(0, {inputs - 1}), window.gsWatch && window.gsWatch.take "
+            f"? window.gsWatch.take({json.dumps(button)}) : inputs[{inputs - 1}]]")
