@@ -243,8 +243,10 @@ class RunConfig:
                        "Leave completions that hit the token cap out of the loss (TRL option). Off for the demo: "
                        "the length reward already scores rambling low, and that push away from it is the lesson."),
     )
-    top_k: int = field(default=0, metadata=_form("top-k (0 = off)",
-        "Sample only from the k likeliest tokens; 0 = off.", minimum=0))
+    top_k: int = field(default=50, metadata=_form("top-k (0 = off)",
+        "Sample only from the k likeliest tokens; 0 = every token. 50 is what transformers samples with unless "
+        "told otherwise. Raise it or set 0 for more varied completions (and more strange ones); lower it when "
+        "samples wander into rare tokens.", minimum=0))
     min_p: float = field(default=0.0, metadata=_form("min-p (0 = off)",
         "Drop tokens less likely than min_p x the top token's probability; 0 = off.", minimum=0, below=1))
     repetition_penalty: float = field(default=1.0, metadata=_form("Repetition penalty",

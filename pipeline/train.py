@@ -392,7 +392,7 @@ def grpo_args(cfg: RunConfig, run_dir: Path, device: str, precision: str):
         epsilon=cfg.epsilon,
         loss_type=cfg.loss_type,
         scale_rewards=cfg.scale_rewards,
-        top_k=cfg.top_k or None,
+        top_k=cfg.top_k,  # 0 turns top-k off in TRL; None would let transformers apply its default of 50
         min_p=cfg.min_p or None,
         repetition_penalty=cfg.repetition_penalty,
         num_iterations=cfg.num_iterations,

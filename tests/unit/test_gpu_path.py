@@ -177,3 +177,12 @@ def test_show_command_pins_one_process_to_one_gpu_on_a_multi_gpu_box(monkeypatch
     assert "CUDA_VISIBLE_DEVICES" not in torchrun
     monkeypatch.setattr(ui.train, "gpu_count", lambda: 1)
     assert "CUDA_VISIBLE_DEVICES" not in ui.train.show_command(False, 1, **config_to_form(RunConfig()))
+
+
+def test_top_k_reaches_the_trainer_as_set_and_zero_means_every_token(tmp_path):
+    """0 must turn top-k off: passed on as None, transformers would sample from its default top 50."""
+    from pipeline.train import grpo_args
+
+    assert grpo_args(RunConfig(), tmp_path, "cpu", "fp32").top_k == 50  # the default, said out loud
+    assert grpo_args(RunConfig(top_k=0), tmp_path, "cpu", "fp32").top_k == 0
+    assert grpo_args(RunConfig(top_k=7), tmp_path, "cpu", "fp32").top_k == 7
