@@ -40,10 +40,16 @@ ADVICE = {
     UNSCORED: ("On {count} of {total} prompts the rewards could not score the completions (see the reward "
                "errors in pre-flight); fix the rewards first."),
 }
-# One trained reward flat on most prompts while the totals still differ: the run learns the other rewards.
-REWARD_ADVICE = ("{reward} gave all G completions the same score on {flat} of {total} prompts ({zero} of them: "
-                 "none earned it). The signal there comes from the other rewards, so the run learns those, not "
-                 "{reward}. If it is the one that matters, try easier prompts, a larger G or partial credit for it.")
+# One trained reward flat on most prompts while the totals still differ: the run learns the other rewards there.
+REWARD_ADVICE = {
+    ALL_ZERO: ("No completion earned {reward} on {count} of {total} prompts: whatever signal those prompts carry "
+               "comes from the other rewards, so the run learns them, not {reward}. If {reward} is the one that "
+               "matters, try easier prompts, a larger G, or partial credit for it."),
+    ALL_MAX: ("Every completion already earned full marks from {reward} on {count} of {total} prompts: there is "
+              "little left for it to teach."),
+    CONSTANT: ("{reward} gave all G completions the same middling score on {count} of {total} prompts: it doesn't "
+               "tell them apart. Try a version of it that grades more finely."),
+}
 
 
 @dataclass
@@ -92,7 +98,8 @@ class ScanReport:
     verdict: str
     advice: list[str]
     seconds: float | None = None
-    flat_by_reward: dict[str, tuple[int, int]] = field(default_factory=dict)  # trained reward -> (flat, all 0)
+    # trained reward -> prompts on which it scored all G the same: (in all, at 0, at its best)
+    flat_by_reward: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
     @property
     def no_signal(self) -> list[PromptScan]:
@@ -200,34 +207,39 @@ def scan_report(prompts: list[str], totals: list[list], rewards: list[dict[str, 
         names = sorted({n for p in flat if p.kind == kind for n in p.flat_rewards})
         earned = ", ".join(names) if names else "a reward"
         advice.append(ADVICE[kind].format(count=count, total=total, rewards=earned))
-    by_reward = flat_by_reward(scans, weights, tol)
-    for name, (flat_n, zero_n) in by_reward.items():
-        if total and flat_n / total >= ZERO_STD_FRACTION and len(flat) < flat_n:  # not already said above
-            advice.append(REWARD_ADVICE.format(reward=name, flat=flat_n, total=total, zero=zero_n))
+    by_reward = flat_by_reward(scans, weights, maxima, tol)
+    for name, (flat_n, zero_n, best_n) in by_reward.items():
+        if not total or flat_n / total < ZERO_STD_FRACTION or flat_n <= len(flat):  # rare, or said above
+            continue
+        kind, count = max([(ALL_ZERO, zero_n), (ALL_MAX, best_n), (CONSTANT, flat_n - zero_n - best_n)],
+                          key=lambda pair: pair[1])
+        advice.append(REWARD_ADVICE[kind].format(reward=name, count=count, total=total))
     return ScanReport(scans, group_size, verdict, advice, seconds, by_reward)
 
 
 def flat_by_reward(scans: list[PromptScan], weights: dict[str, float] | None = None,
-                   tol: float = TOLERANCE) -> dict[str, tuple[int, int]]:
-    """For each trained reward (weight not 0): on how many prompts it gave all G completions the same score,
-    and on how many of those the score was 0 (no completion earned it).
+                   maxima: dict[str, float | None] | None = None,
+                   tol: float = TOLERANCE) -> dict[str, tuple[int, int, int]]:
+    """For each trained reward (weight not 0): on how many prompts it gave all G completions the same score, on
+    how many of those that score was 0 (no completion earned it), and on how many it was the reward's best.
 
     >>> scans = [PromptScan("a", [1, 3], {"fmt": [1, 1], "right": [0, 1]}), PromptScan("b", [0, 1], {"fmt": [0, 1],
     ...          "right": [0, 0]}), PromptScan("c", [1, 1], {"fmt": [1, 1], "right": [0, 0], "mon": [2, 5]})]
-    >>> flat_by_reward(scans, {"fmt": 1, "right": 2, "mon": 0})
-    {'fmt': (2, 0), 'right': (2, 2)}
+    >>> flat_by_reward(scans, {"fmt": 1, "right": 2, "mon": 0}, {"fmt": 1.0, "right": 1.0})
+    {'fmt': (2, 0, 2), 'right': (2, 2, 0)}
     """
-    weights = weights or {}
-    out: dict[str, tuple[int, int]] = {}
+    weights, maxima = weights or {}, maxima or {}
+    out: dict[str, tuple[int, int, int]] = {}
     for p in scans:
         for name, values in p.rewards.items():
             vals = _values(values)
             if weights.get(name, 1.0) == 0 or len(vals) < 2:
                 continue
-            flat, zero = out.get(name, (0, 0))
+            flat, zero, best = out.get(name, (0, 0, 0))
             if all(_equal(v, vals[0], tol) for v in vals):
-                flat, zero = flat + 1, zero + _equal(vals[0], 0.0, tol)
-            out[name] = (flat, zero)
+                at_best = maxima.get(name) is not None and _equal(vals[0], maxima[name], tol)
+                flat, zero, best = flat + 1, zero + (not at_best and _equal(vals[0], 0.0, tol)), best + at_best
+            out[name] = (flat, zero, best)
     return out
 
 

@@ -549,8 +549,9 @@ def build(ctx: TabContext) -> Tab:
                 scan_prompts = gr.Number(value=SCAN_PROMPTS, precision=0, minimum=1, maximum=256,
                                          label="Prompts to scan", elem_id="scan-prompts",
                                          info=f"The learnability scan samples G completions for this many training "
-                                              f"prompts. {SCAN_PROMPTS} take under a minute on a laptop's CPU with "
-                                              "the bundled model; more give a surer picture and keep more prompts.")
+                                              f"prompts. {SCAN_PROMPTS} take under a minute on 2 CPU cores with the "
+                                              "bundled model and the default settings; more give a surer picture "
+                                              "and keep more prompts.")
                 scan_view = gr.HTML(views.scan_empty_html(), elem_id="scan")
                 kept_prompts = gr.State([])  # the prompts the last scan found signal on (RunConfig.signal_prompts)
                 command = gr.Code(label="Equivalent command and config", language="shell", visible=True, lines=6,

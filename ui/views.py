@@ -526,8 +526,9 @@ def scan_chart_svg(report, width: int = 520, row: int = 20) -> str:
         return left + (v - low) / (high - low) * span
 
     height = top + row * len(report.prompts) + 24
-    parts = [f"<svg class='gs-scan-chart' role='img' aria-label='Reward spread per prompt' width='{width}' "
-             f"height='{height}' viewBox='0 0 {width} {height}' xmlns='http://www.w3.org/2000/svg'>"]
+    # Scales down to the column's width (the viewBox keeps the proportions), never up past `width`.
+    parts = [f"<svg class='gs-scan-chart' role='img' aria-label='Reward spread per prompt' width='100%' "
+             f"style='max-width: {width}px' viewBox='0 0 {width} {height}' xmlns='http://www.w3.org/2000/svg'>"]
     for i, p in enumerate(report.prompts):
         y = top + row * i + row / 2
         colour = "#16a34a" if p.signal else "#9ca3af"
@@ -550,6 +551,12 @@ def scan_chart_svg(report, width: int = 520, row: int = 20) -> str:
     return "".join(parts)
 
 
+def _flat_detail(zero: int, best: int) -> str:
+    parts = [f"{zero} with none earning it" if zero else "", f"{best} all at full marks" if best else ""]
+    parts = [p for p in parts if p]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def scan_html(report) -> str:
     """The scan's result: the verdict and no-signal share, the spread chart, the fixes to try, each prompt's
     spread (std, min, max) and the prompts with no signal in full."""
@@ -568,8 +575,8 @@ def scan_html(report) -> str:
     if report.flat_by_reward:
         out.append("<div class='gs-scan-legend gs-scan-by-reward'>Prompts on which each trained reward scored all G "
                    "completions the same: " + ", ".join(
-                       f"<b>{html.escape(name)}</b> {n} of {total}" + (f" ({zero} with none earning it)" if zero else "")
-                       for name, (n, zero) in report.flat_by_reward.items()) + ".</div>")
+                       f"<b>{html.escape(name)}</b> {n} of {total}" + _flat_detail(zero, best)
+                       for name, (n, zero, best) in report.flat_by_reward.items()) + ".</div>")
     if flat and len(flat) < total:
         out.append(f"<div class='gs-scan-keep'>To train only on the {total - len(flat)} prompt(s) with signal, tick "
                    "<i>Train only on prompts with signal</i> under All settings; scan more prompts to keep more.</div>")

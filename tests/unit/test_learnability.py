@@ -41,6 +41,10 @@ def test_tagged_but_wrong_everywhere_reads_as_too_hard_with_the_fixes():
     advice = report.advice[0]
     assert "no completion earned numeric_tolerance" in advice
     assert "easier prompts" in advice and "larger group size G" in advice and "partial credit" in advice
+    # Said once: numeric_tolerance is flat exactly where the totals are, so no second line for it; the format,
+    # at full marks everywhere, gets its own.
+    assert len(report.advice) == 2 and report.advice[1].startswith("Every completion already earned full marks "
+                                                                   "from incremental_format on 4 of 4 prompts")
 
 
 def test_full_marks_read_as_too_easy_and_a_constant_middle_as_a_reward_that_does_not_discriminate():
@@ -72,9 +76,10 @@ def test_monitors_count_for_nothing_and_missing_scores_are_left_out():
     """A monitor (weight 0) that varies does not make a flat group learn; a failed (None) score is left out,
     and a group with fewer than two scores can't be judged."""
     weights = {"correct": 1.0, "length": 0.0}
-    report = scan_report(["a", "b", "c"], [[0.0, 0.0], [None, 1.0, 0.0], [None, None, 1.0]],
-                         [{"correct": [0, 0], "length": [3, 9]}, {}, {}], weights, {"correct": 1.0, "length": None})
-    assert [p.kind for p in report.prompts] == [ALL_ZERO, SIGNAL, UNSCORED]
+    report = scan_report(["a", "b", "c", "d"], [[0.0, 0.0], [None, 1.0, 0.0], [None, None, 1.0], [1.0, 1.0]],
+                         [{"correct": [0, 0], "length": [3, 9]}, {}, {}, {"correct": [1, 1], "length": [0, 7]}],
+                         weights, {"correct": 1.0, "length": None})
+    assert [p.kind for p in report.prompts] == [ALL_ZERO, SIGNAL, UNSCORED, ALL_MAX]
     assert report.prompts[0].flat_rewards == ["correct"]
     assert report.prompts[1].scored == [1.0, 0.0]
     assert any("could not score" in a for a in report.advice)
@@ -84,10 +89,17 @@ def test_a_reward_flat_on_most_prompts_is_named_even_when_the_totals_differ():
     """Format varies, so every total differs, but no completion is right: the scan says the run would learn
     the format and not the answers."""
     report = report_of([group([1, 0.5, 1, 0], [0, 0, 0, 0])] * 3 + [group([1, 1, 0, 1], [0, 1, 0, 0])])
-    assert report.no_signal == [] and report.flat_by_reward["numeric_tolerance"] == (3, 3)
-    assert report.flat_by_reward["incremental_format"] == (0, 0)
-    assert len(report.advice) == 1 and report.advice[0].startswith("numeric_tolerance gave all G completions the "
-                                                                   "same score on 3 of 4 prompts")
+    assert report.no_signal == [] and report.flat_by_reward["numeric_tolerance"] == (3, 3, 0)
+    assert report.flat_by_reward["incremental_format"] == (0, 0, 0)
+    assert report.advice == [
+        "No completion earned numeric_tolerance on 3 of 4 prompts: whatever signal those prompts carry comes from "
+        "the other rewards, so the run learns them, not numeric_tolerance. If numeric_tolerance is the one that "
+        "matters, try easier prompts, a larger G, or partial credit for it."]
+    # Full marks for the format on most prompts: said as such, not as a task out of reach.
+    report = report_of([group([1, 1, 1, 1], [0, 1, 1, 0])] * 3 + [group([1, 0, 1, 1], [0, 1, 0, 0])])
+    assert report.flat_by_reward["incremental_format"] == (3, 0, 3)
+    assert report.advice == ["Every completion already earned full marks from incremental_format on 3 of 4 prompts: "
+                             "there is little left for it to teach."]
 
 
 def test_keep_prompts_keeps_exactly_the_kept_rows_in_training_order_and_refuses_strangers():
