@@ -252,6 +252,14 @@ class RunConfig:
     repetition_penalty: float = field(default=1.0, metadata=_form("Repetition penalty",
         "Above 1 discourages repeating tokens while sampling; 1 = off.", above=0))
     seed: int = field(default=42, metadata=_form("Seed", "Seeds sampling, data order and the eval split."))
+    keep_signal_prompts: bool = field(default=False, metadata=_form(
+        "Train only on prompts with signal (from the scan)",
+        "Train only on the prompts where the learnability scan's G completions scored differently; the others "
+        "would teach nothing. Run the scan first (it records its prompts with signal); scan more prompts to keep "
+        "more. Off: every training prompt."))
+    signal_prompts: list[str] = field(default_factory=list, metadata=_help(
+        "The prompts (their last user turn) the learnability scan found signal on; with keep_signal_prompts on, "
+        "the run trains on exactly these. Filled in by the scan."))
     # Not in the form: set them in config.json (the CLI's --config).
     gradient_accumulation_steps: int = field(default=1, metadata=_help("Micro-batches summed per optimizer step.",
                                                                        minimum=1))
@@ -467,6 +475,9 @@ class RunConfig:
         if ds.limit < 0:
             out.append("limit cannot be negative (0 means all rows).")
 
+        if self.keep_signal_prompts:
+            out.extend(self._signal_problems())
+
         if not self.rewards:
             out.append("Switch on at least one reward function.")
         elif all(_is_zero(s.weight) for s in self.rewards):
@@ -487,6 +498,22 @@ class RunConfig:
             out.append(f"Reward(s) {', '.join(needs_answer)} need reference answers, which TL;DR has none of. "
                        "Use the Arithmetic set or a file with an answer column.")
         return out
+
+    def _signal_problems(self) -> list[str]:
+        """Keeping the scan's prompts needs a scan, and enough of them for one generation round (TRL leaves out
+        a round's incomplete batch of prompts, so fewer would train on nothing)."""
+        kept = [p for p in self.signal_prompts if isinstance(p, str) and p]
+        if len(kept) != len(self.signal_prompts):
+            return ["signal_prompts must be a list of prompt texts, as the learnability scan records them."]
+        if not kept:
+            return ["'Train only on prompts with signal' needs a learnability scan first (it finds the prompts with "
+                    "signal), or untick it to train on every prompt."]
+        per_round = max(self.batch_size // max(self.num_generations, 1), 1) * max(
+            self.steps_per_generation or self.gradient_accumulation_steps, 1)
+        if len(set(kept)) < per_round:
+            return [f"The learnability scan kept {len(set(kept))} prompt(s) with signal, fewer than the {per_round} "
+                    "prompts one generation round takes. Scan more prompts, or lower the batch."]
+        return []
 
     def validate(self, allow_custom_rewards: bool = False) -> "RunConfig":
         problems = self.problems(allow_custom_rewards=allow_custom_rewards)

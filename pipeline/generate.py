@@ -32,6 +32,41 @@ def generate_batch(model, tokenizer, prompts: list[list[dict]], max_new_tokens: 
     return out
 
 
+def sample_groups(model, tokenizer, prompts: list, group_size: int, max_new_tokens: int, temperature: float = 1.0,
+                  top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, repetition_penalty: float = 1.0,
+                  seed: int | None = None, prompts_per_batch: int = 4) -> list[list[str]]:
+    """G sampled completions for each prompt, as the trainer samples them: the chat template with the generation
+    prompt, the run's sampling settings, each prompt pre-filled once for its G completions (pipeline/engine.py).
+    `seed` makes the draw repeatable without touching the sampling of the rest of the process."""
+    import torch
+    from transformers import GenerationConfig
+
+    from pipeline.engine import cpu_decoding, generate_shared_prefill
+
+    def ids_of(prompt) -> list[int]:
+        text = (tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+                if isinstance(prompt, list) else str(prompt))
+        return tokenizer(text, add_special_tokens=not isinstance(prompt, list))["input_ids"]
+
+    config = GenerationConfig(max_new_tokens=int(max_new_tokens), do_sample=True, temperature=float(temperature),
+                              top_p=float(top_p), top_k=int(top_k) or None, min_p=float(min_p) or None,
+                              repetition_penalty=float(repetition_penalty), pad_token_id=tokenizer.pad_token_id,
+                              bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                              disable_compile=True)
+    devices = [model.device] if model.device.type == "cuda" else []
+    out: list[list[str]] = []
+    with torch.random.fork_rng(devices=devices), torch.inference_mode(), cpu_decoding(model.device):
+        if seed is not None:
+            torch.manual_seed(int(seed))
+        for start in range(0, len(prompts), prompts_per_batch):
+            chunk = [ids_of(p) for p in prompts[start:start + prompts_per_batch]]
+            new = generate_shared_prefill(model, [ids for ids in chunk for _ in range(group_size)],
+                                          tokenizer.pad_token_id, config)
+            texts = tokenizer.batch_decode(new, skip_special_tokens=True)
+            out.extend(texts[i:i + group_size] for i in range(0, len(texts), group_size))
+    return out
+
+
 def _sampling(tokenizer, max_new_tokens: int, temperature: float, top_p: float,
               repetition_penalty: float = 1.0) -> dict:
     kwargs = dict(max_new_tokens=int(max_new_tokens), pad_token_id=tokenizer.pad_token_id)

@@ -18,6 +18,7 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
     """Config, dataset, model, prompt budget, trainer, GPU memory (on a GPU) and rewards, in that order; later
     checks need earlier ones."""
     from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
+    from pipeline.learnability import keep_prompts
     from pipeline.models import ModelError, count_prompt_tokens, load_tokenizer, resolve_model
     from pipeline.probes import reward_kwargs
     from pipeline.reward_check import needs_isolation, score_isolated
@@ -30,7 +31,11 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
                         f"{cfg.max_steps} steps."))
     try:
         train, held = load_dataset_split(cfg.dataset, cfg.seed)
-        checks.append(Check("dataset", True, f"{len(train)} training prompts, {len(held)} held out."))
+        message = f"{len(train)} training prompts, {len(held)} held out."
+        if cfg.keep_signal_prompts and cfg.signal_prompts:  # without a scan, the settings check says so
+            train = keep_prompts(train, cfg.signal_prompts)
+            message += f" The run trains on the {len(train)} the learnability scan found signal on."
+        checks.append(Check("dataset", True, message))
     except DatasetError as exc:
         checks.append(Check("dataset", False, str(exc)))
         train = []
@@ -131,3 +136,77 @@ def memory_check(cfg: RunConfig, prompt_tokens: int | None = None, device: str |
     settings = gpu_memory.settings_from_config(cfg, precision, prompt_tokens, card_total=total)
     ok, message = gpu_memory.fit_verdict(shape, settings, free, total, bf16_ok=bf16_ok)
     return Check("memory", ok, message)
+
+
+# The scan's default number of prompts: on 2 CPU cores with the bundled model and the default run's settings
+# (G=4, 32 completion tokens), sampling and scoring 8 prompts takes well under a minute.
+SCAN_PROMPTS = 8
+
+
+def learnability_scan(cfg: RunConfig, prompts: int = SCAN_PROMPTS, allow_custom_rewards: bool = False,
+                      model=None, tokenizer=None, progress=None):
+    """Sample G completions for the first `prompts` training prompts with the run's sampling settings, score them
+    with the run's rewards under the trainer's guard, and read the scores (pipeline/learnability.py): which
+    prompts give GRPO something to learn from. `model` and `tokenizer` default to loading cfg.model; `progress`
+    (a callable taking a share and a description) hears of each stage. Raises ConfigError or DatasetError with
+    the reason when the settings or the prompts can't be scanned."""
+    import dataclasses
+    import time
+
+    from pipeline.config import ConfigError
+    from pipeline.data import DatasetError, load_dataset_split
+    from pipeline.generate import sample_groups
+    from pipeline.learnability import scan_report
+    from pipeline.models import load_model
+    from pipeline.probes import prompt_text, reward_kwargs
+    from pipeline.reward_check import needs_isolation, score_isolated
+    from pipeline.rewards import build_rewards, reward_registry, score
+
+    def tell(share: float, what: str) -> None:
+        if progress is not None:
+            progress(share, desc=what)
+
+    # 1. Settings: the scan is what fills signal_prompts, so it runs whatever 'keep' says.
+    scanned = dataclasses.replace(cfg, keep_signal_prompts=False, signal_prompts=[])
+    scanned.validate(allow_custom_rewards=allow_custom_rewards)
+    if int(prompts) < 1:
+        raise ConfigError("Scan at least one prompt.")
+    # 2. Prompts: the first training prompts in the run's order (the run's seed and split), never held-out ones.
+    train, _ = load_dataset_split(cfg.dataset, cfg.seed)
+    rows = train[:int(prompts)]
+    if not rows:
+        raise DatasetError("There are no training prompts to scan.")
+    start = time.perf_counter()
+    # 3. Sampling: G completions per prompt, as the trainer samples them.
+    if model is None or tokenizer is None:
+        tell(0.05, "Loading the model")
+        model, tokenizer = load_model(cfg.model, precision=cfg.precision)
+    g = cfg.num_generations
+    tell(0.2, f"Sampling {g} completions for each of {len(rows)} prompts")
+    groups = sample_groups(model, tokenizer, [r["prompt"] for r in rows], g, cfg.max_completion_length,
+                           temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p,
+                           repetition_penalty=cfg.repetition_penalty, seed=cfg.seed)
+    # 4. Scoring: every completion with the run's rewards and their guard, each seeing its own row's columns.
+    tell(0.8, "Scoring with the run's rewards")
+    flat_rows = [row for row in rows for _ in range(g)]
+    chat = isinstance(rows[0]["prompt"], list)
+    completions = [[{"role": "assistant", "content": t}] if chat else t for group in groups for t in group]
+    extra = reward_kwargs(flat_rows)
+    if needs_isolation(cfg.rewards):  # custom code runs in a child process, never in this one
+        result = score_isolated(cfg.rewards, completions, allow_custom=allow_custom_rewards,
+                                timeout_s=cfg.reward_timeout_s, **extra)
+        maxima = {name: None if reward_registry.get(spec.name).custom_code
+                  else getattr(reward_registry.build(spec), "max_value", None)
+                  for name, spec in zip(result["per_reward"], cfg.rewards)}
+    else:
+        funcs, _ = build_rewards(cfg.rewards, policy=cfg.reward_errors, allow_custom=allow_custom_rewards,
+                                 timeout_s=cfg.reward_timeout_s)
+        result = score(funcs, [s.weight for s in cfg.rewards], completions, **extra)
+        maxima = {f.__name__: f.max_value for f in funcs}
+    weights = dict(zip(result["per_reward"], (float(s.weight) for s in cfg.rewards)))
+    # 5. Reading: group the scores back by prompt.
+    totals = [result["total"][i * g:(i + 1) * g] for i in range(len(rows))]
+    per_prompt = [{name: values[i * g:(i + 1) * g] for name, values in result["per_reward"].items()}
+                  for i in range(len(rows))]
+    return scan_report([prompt_text(r["prompt"]) for r in rows], totals, per_prompt, weights, maxima, groups,
+                       seconds=time.perf_counter() - start)

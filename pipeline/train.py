@@ -509,11 +509,17 @@ def set_up_runtime(cfg: RunConfig, run_dir: Path, main: bool) -> tuple[str, str]
 
 
 def load_prompts(cfg: RunConfig, tokenizer, run_dir: Path, main: bool) -> tuple[list[dict], list[dict], int]:
-    """Training and held-out rows, and the longest training prompt in tokens; every training prompt must fit the
-    prompt budget. Rank 0 writes the held-out prompts into the run folder (evaluation reads them later)."""
+    """Training and held-out rows (only the scan's prompts with signal when the run keeps them), and the longest
+    training prompt in tokens; every training prompt must fit the prompt budget. Rank 0 writes the held-out
+    prompts into the run folder (evaluation reads them later)."""
     from pipeline.models import count_prompt_tokens
 
     train_rows, eval_rows = load_dataset_split(cfg.dataset, cfg.seed)
+    if cfg.keep_signal_prompts:  # only the prompts the learnability scan found signal on
+        from pipeline.learnability import keep_prompts
+
+        train_rows = keep_prompts(train_rows, cfg.signal_prompts)
+        log.info("Keeping the %d prompts the learnability scan found signal on", len(train_rows))
     longest = check_prompt_budget(train_rows, lambda m: count_prompt_tokens(tokenizer, m), cfg.max_prompt_tokens,
                                   cfg.dataset.source)
     log.info("%d training prompts, %d held out for evaluation", len(train_rows), len(eval_rows))

@@ -1,8 +1,9 @@
 """Train form <-> RunConfig. The one place the UI's raw values become a typed config.
 
 The form is keyed by name: RunConfig field names for the settings, DatasetSpec field names for the prompts,
-plus "model_custom" and "rewards" (the table). The settings shown are the RunConfig fields marked for the
-form in their metadata (`pipeline.config._form`), in dataclass order, so a new field there needs no edit here.
+plus "model_custom", "rewards" (the table) and "signal_prompts" (the prompts the learnability scan kept, held
+by the page). The settings shown are the RunConfig fields marked for the form in their metadata
+(`pipeline.config._form`), in dataclass order, so a new field there needs no edit here.
 No gradio import: this is tested as plain Python.
 """
 
@@ -37,7 +38,7 @@ def form_fields(cls: type[RunConfig] = RunConfig) -> list[dataclasses.Field]:
 
 def form_keys(cls: type[RunConfig] = RunConfig) -> list[str]:
     """Every key of the form, in the order the Train tab lays it out (and the API takes it)."""
-    return ["model", "model_custom", *DATASET_KEYS, "rewards", *(f.name for f in form_fields(cls))]
+    return ["model", "model_custom", *DATASET_KEYS, "rewards", "signal_prompts", *(f.name for f in form_fields(cls))]
 
 
 def number_bounds(field: dataclasses.Field) -> dict[str, Any]:
@@ -160,8 +161,10 @@ def form_to_config(values: Mapping[str, Any], cls: type[RunConfig] = RunConfig) 
     )
     defaults = cls()
     settings = {f.name: _typed(f.name, values[f.name], getattr(defaults, f.name)) for f in form_fields(cls)}
+    # The scan's prompts are recorded only when the run keeps them: a run that doesn't is unchanged.
+    kept = [str(p) for p in values["signal_prompts"] or []] if settings.get("keep_signal_prompts") else []
     return cls(model=model_from_form(values["model"], values["model_custom"]), dataset=dataset,
-               rewards=rewards_from_rows(_table_rows(values["rewards"])), **settings)
+               rewards=rewards_from_rows(_table_rows(values["rewards"])), signal_prompts=kept, **settings)
 
 
 def config_to_form(config: RunConfig, allow_custom: bool = False) -> dict[str, Any]:
@@ -169,6 +172,6 @@ def config_to_form(config: RunConfig, allow_custom: bool = False) -> dict[str, A
     ds = config.dataset
     values = {"model": config.model, "model_custom": "", "source": SOURCE_LABELS.get(ds.source, ds.source),
               **{key: getattr(ds, key) for key in DATASET_KEYS if key != "source"},
-              "rewards": reward_rows(config, allow_custom=allow_custom)}
+              "rewards": reward_rows(config, allow_custom=allow_custom), "signal_prompts": list(config.signal_prompts)}
     values.update((f.name, getattr(config, f.name)) for f in form_fields(type(config)))
     return values

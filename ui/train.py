@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import html
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from pipeline import live, runner, runs
 from pipeline.config import PRESETS, BUNDLED_MODEL_ID, ConfigError, RunConfig, apply_preset
 from pipeline.data import DatasetError, load_rows, read_table
 from pipeline.models import catalog_choices, check_processes, gpu_count
+from pipeline.preflight import SCAN_PROMPTS
 from pipeline.rewards import reward_registry
 from ui import uploads, views, watch
 from ui.tab import PageLoad, Tab, TabContext, acting
@@ -144,6 +146,26 @@ def run_preflight(allow_custom: bool, progress=gr.Progress(), **form):
     lines = [f"{'✅' if c.ok else '❌'} **{c.name}**: {c.message}" for c in checks]
     verdict = "Ready to start." if all(c.ok for c in checks) else "Fix the ❌ items before starting."
     return "\n\n".join(lines + [f"**{verdict}**"])
+
+
+def make_scanner(cache) -> Callable[..., tuple[str, Any]]:
+    """The "Learnability scan" handler: samples with the app's one ModelCache (shared with Chat, RAG and the
+    reward bench), then pipeline/preflight.py does the rest. Returns the scan's view and the prompts it kept."""
+
+    def learnability_scan(allow_custom: bool, prompts, progress=gr.Progress(), **form):
+        from pipeline.preflight import learnability_scan as scan
+
+        try:
+            cfg = form_to_config(form)
+            progress(0.05, desc="Loading the model (or reusing the one Chat has loaded)")
+            model, tokenizer = cache.get(cfg.model)
+            report = scan(cfg, int(prompts or 0), allow_custom_rewards=allow_custom, model=model,
+                          tokenizer=tokenizer, progress=progress)
+        except Exception as exc:  # noqa: BLE001 - show the reason, keep serving
+            return f"<div class='gs-error'>❌ Can't scan: {html.escape(str(exc))}</div>", gr.skip()
+        return views.scan_html(report), report.kept
+
+    return learnability_scan
 
 
 def show_command(allow_custom: bool, nproc, **form):
@@ -489,9 +511,18 @@ def build(ctx: TabContext) -> Tab:
                                   info="More than one starts the same trainer under torchrun (data parallel).")
                 with gr.Row():
                     check_btn = gr.Button("Pre-flight check")
+                    scan_btn = gr.Button("Learnability scan", elem_id="scan-btn")
                     cmd_btn = gr.Button("Show command")
                     start_btn = gr.Button("Start", variant="primary", elem_id="start-btn")
                 message = gr.Markdown(elem_id="train-message")
+                scan_prompts = gr.Number(value=SCAN_PROMPTS, precision=0, minimum=1, maximum=256,
+                                         label="Prompts to scan", elem_id="scan-prompts",
+                                         info=f"The learnability scan samples G completions for this many training "
+                                              f"prompts. {SCAN_PROMPTS} take under a minute on 2 CPU cores with the "
+                                              "bundled model and the default settings; more give a surer picture "
+                                              "and keep more prompts.")
+                scan_view = gr.HTML(views.scan_empty_html(), elem_id="scan")
+                kept_prompts = gr.State([])  # the prompts the last scan found signal on (RunConfig.signal_prompts)
                 command = gr.Code(label="Equivalent command and config", language="shell", visible=True, lines=6,
                                   elem_id="train-command")
 
@@ -554,7 +585,8 @@ def build(ctx: TabContext) -> Tab:
         # the API takes: handlers get it as keyword arguments and ui.form.form_to_config turns it into a config.
         parts = {"model": model_choice, "model_custom": model_custom, "source": source, "path": stored_path,
                  "prompt_column": prompt_col, "answer_column": answer_col, "system_prompt": system,
-                 "hub_id": hub_id, "hub_config": hub_config, "hub_split": hub_split, "rewards": rewards, **hyper}
+                 "hub_id": hub_id, "hub_config": hub_config, "hub_split": hub_split, "rewards": rewards,
+                 "signal_prompts": kept_prompts, **hyper}
         form = {key: parts[key] for key in form_keys()}
         # The live view: the page's poll (ui/watch.py) presses this hidden button when a part's stamp moved, and its
         # event hands the handler those parts (its last input, filled in by the poll's js).
@@ -577,6 +609,8 @@ def build(ctx: TabContext) -> Tab:
                       list(preset_outputs.values()))
         check_btn.click(run_preflight, allow, message, inputs_kwargs=form, concurrency_id="model",
                         concurrency_limit=1)
+        scan_btn.click(make_scanner(ctx.cache), [allow, scan_prompts], [scan_view, kept_prompts], inputs_kwargs=form,
+                       concurrency_id="model", concurrency_limit=1, api_name="learnability_scan")
         cmd_btn.click(show_command, [allow, nproc], command, inputs_kwargs=form)
         start_btn.click(start_training, [allow, nproc], [run_select, message], inputs_kwargs=form,
                         concurrency_limit=1, concurrency_id="start").then(

@@ -509,3 +509,113 @@ def push_markdown(name: str, status: dict | None) -> str | None:
         return f"⏹ The push of {label} was stopped."
     return f"⚠️ {status.get('error') or 'Push failed: see push.log in the run folder.'}"
 
+
+
+# ---- learnability scan: which prompts carry signal (pipeline/learnability.py) -------------------
+
+SCAN_REASONS = {"signal": "signal", "all_max": "all full marks", "all_zero": "none earned {rewards}",
+                "constant": "all the same score", "unscored": "not scored"}
+
+
+def scan_empty_html() -> str:
+    return ("<div class='gs-empty' data-state='no-scan'>The learnability scan samples G completions for the first few "
+            "training prompts with these settings, scores them with the ticked rewards, and shows how far apart "
+            "each prompt's scores are. A prompt whose completions all score the same teaches GRPO nothing; the "
+            "scan counts them and says what to change. Pick how many prompts, then press "
+            "<b>Learnability scan</b>.</div>")
+
+
+def _scan_reason(p) -> str:
+    return SCAN_REASONS.get(p.kind, p.kind).format(rewards=", ".join(p.flat_rewards) or "a reward")
+
+
+def scan_chart_svg(report, width: int = 520, row: int = 20) -> str:
+    """The spread of rewards per prompt: one row per prompt, its G totals as dots on one shared axis, joined by
+    a bar from the lowest to the highest. Green rows carry signal; grey rows (a single dot) don't."""
+    values = [v for p in report.prompts for v in p.scored]
+    if not values:
+        return "<div class='gs-empty'>No completion could be scored, so there is no spread to draw.</div>"
+    low, high = min(values), max(values)
+    if high - low < 1e-9:
+        low, high = low - 0.5, high + 0.5
+    left, right, top = 40, 16, 8
+    span = width - left - right
+
+    def x(v: float) -> float:
+        return left + (v - low) / (high - low) * span
+
+    height = top + row * len(report.prompts) + 24
+    # Scales down to the column's width (the viewBox keeps the proportions), never up past `width`.
+    parts = [f"<svg class='gs-scan-chart' role='img' aria-label='Reward spread per prompt' width='100%' "
+             f"style='max-width: {width}px' viewBox='0 0 {width} {height}' xmlns='http://www.w3.org/2000/svg'>"]
+    for i, p in enumerate(report.prompts):
+        y = top + row * i + row / 2
+        colour = "#16a34a" if p.signal else "#9ca3af"
+        tip = html.escape(f"Prompt {i + 1}: {_scan_reason(p)}; min {_score(p.low)}, max {_score(p.high)}, "
+                          f"std {_score(p.std)} — {p.prompt[:120]}")
+        parts.append(f"<g class='gs-scan-row' data-signal='{str(p.signal).lower()}'><title>{tip}</title>"
+                     f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end' font-size='11' fill='#374151'>"
+                     f"P{i + 1}</text>"
+                     f"<line x1='{left}' x2='{width - right}' y1='{y:.1f}' y2='{y:.1f}' stroke='#f3f4f6'/>")
+        if p.scored:
+            parts.append(f"<line x1='{x(p.low):.1f}' x2='{x(p.high):.1f}' y1='{y:.1f}' y2='{y:.1f}' "
+                         f"stroke='{colour}' stroke-width='6' stroke-linecap='round' opacity='0.35'/>")
+            parts += [f"<circle cx='{x(v):.1f}' cy='{y:.1f}' r='4' fill='{colour}'/>" for v in p.scored]
+    axis = top + row * len(report.prompts) + 4
+    parts.append(f"<line x1='{left}' x2='{width - right}' y1='{axis}' y2='{axis}' stroke='#9ca3af'/>")
+    for v, anchor in ((low, "start"), ((low + high) / 2, "middle"), (high, "end")):
+        parts.append(f"<text x='{x(v):.1f}' y='{axis + 14}' text-anchor='{anchor}' font-size='11' "
+                     f"fill='#4b5563'>{v:.3g}</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _flat_detail(zero: int, best: int) -> str:
+    parts = [f"{zero} with none earning it" if zero else "", f"{best} all at full marks" if best else ""]
+    parts = [p for p in parts if p]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def scan_html(report) -> str:
+    """The scan's result: the verdict and no-signal share, the spread chart, the fixes to try, each prompt's
+    spread (std, min, max) and the prompts with no signal in full."""
+    total, flat = len(report.prompts), report.no_signal
+    if not total:
+        return scan_empty_html()
+    took = f" in {report.seconds:.0f} s" if report.seconds is not None else ""
+    head_class = "gs-warn" if report.mostly_flat else "gs-scan-ok"
+    out = [f"<div class='gs-scan' data-no-signal='{len(flat)}' data-prompts='{total}'>",
+           f"<div class='{head_class} gs-scan-verdict'><b>{html.escape(report.verdict)}</b><br>"
+           f"No signal: <b class='gs-scan-share'>{len(flat)} of {total}</b> prompts "
+           f"({report.no_signal_share:.0%}), G = {report.group_size}, scanned{took}.</div>"]
+    if report.advice:
+        out.append("<div class='gs-scan-advice'><b>Try:</b><ul>"
+                   + "".join(f"<li>{html.escape(a)}</li>" for a in report.advice) + "</ul></div>")
+    if report.flat_by_reward:
+        out.append("<div class='gs-scan-legend gs-scan-by-reward'>Prompts on which each trained reward scored all G "
+                   "completions the same: " + ", ".join(
+                       f"<b>{html.escape(name)}</b> {n} of {total}" + _flat_detail(zero, best)
+                       for name, (n, zero, best) in report.flat_by_reward.items()) + ".</div>")
+    if flat and len(flat) < total:
+        out.append(f"<div class='gs-scan-keep'>To train only on the {total - len(flat)} prompt(s) with signal, tick "
+                   "<i>Train only on prompts with signal</i> under All settings; scan more prompts to keep more.</div>")
+    out.append("<div class='gs-scan-legend'>Reward spread per prompt: each dot is one completion's total "
+               "(green: the scores differ, so the prompt teaches; grey: all equal, so it teaches nothing). "
+               "Hover a row for its prompt.</div>")
+    out.append(scan_chart_svg(report))
+    out.append("<table class='gs-table gs-scan-table'><tr><th>#</th><th>std</th><th>min</th><th>max</th>"
+               "<th>signal</th><th>prompt</th></tr>")
+    for i, p in enumerate(report.prompts, 1):
+        out.append(f"<tr class='{'gs-pos' if p.signal else 'gs-neg'}'><td>P{i}</td><td>{_score(p.std)}</td>"
+                   f"<td>{_score(p.low)}</td><td>{_score(p.high)}</td><td>{html.escape(_scan_reason(p))}</td>"
+                   f"<td class='gs-text'>{html.escape(p.prompt[:100])}{'…' if len(p.prompt) > 100 else ''}</td></tr>")
+    out.append("</table>")
+    if flat:
+        out.append(f"<details class='gs-scan-flat'><summary>The {len(flat)} prompt(s) with no signal</summary><ol>")
+        for p in flat:
+            sample = html.escape(p.completions[0]) if p.completions else ""
+            out.append(f"<li><div class='gs-text'>{html.escape(p.prompt)}</div><div class='gs-same'>"
+                       f"{html.escape(_scan_reason(p))}; one completion: {sample}</div></li>")
+        out.append("</ol></details>")
+    out.append("</div>")
+    return "".join(out)

@@ -135,10 +135,11 @@ def value_of(output):
 
 def start_inputs(cfg: RunConfig) -> list:
     """What the Start button sends for `cfg`, in its API order: processes, then the form by name in
-    `form_keys` order (the uploaded file's path is a State, which the API leaves out)."""
+    `form_keys` order (the uploaded file's path and the scan's kept prompts are States, which the API leaves out)."""
     from ui.form import REWARD_COLUMNS, config_to_form
 
     form = config_to_form(cfg)
     form.pop("path")
+    form.pop("signal_prompts")
     form["rewards"] = {"headers": REWARD_COLUMNS, "data": form["rewards"]}
     return [1, *form.values()]
