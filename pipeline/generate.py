@@ -49,7 +49,7 @@ def sample_groups(model, tokenizer, prompts: list, group_size: int, max_new_toke
         return tokenizer(text, add_special_tokens=not isinstance(prompt, list))["input_ids"]
 
     config = GenerationConfig(max_new_tokens=int(max_new_tokens), do_sample=True, temperature=float(temperature),
-                              top_p=float(top_p), top_k=int(top_k) or None, min_p=float(min_p) or None,
+                              top_p=float(top_p), top_k=int(top_k), min_p=float(min_p) or None,  # top_k 0: off
                               repetition_penalty=float(repetition_penalty), pad_token_id=tokenizer.pad_token_id,
                               bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                               disable_compile=True)
