@@ -40,7 +40,8 @@ def curve_rise(rewards: list[float], window: int = 5) -> tuple[float, float]:
 
 
 # Short names for --preset; the full preset names work too.
-PRESET_ALIASES = {"default": "Quick CPU demo", "arithmetic": "Arithmetic: correctness + format"}
+PRESET_ALIASES = {"default": "Quick CPU demo", "arithmetic": "Arithmetic: correctness + format",
+                  "movies": "Movie questions"}
 
 
 def bench_config(preset: str, overrides: dict, seed: int | None = None) -> RunConfig:
@@ -49,7 +50,7 @@ def bench_config(preset: str, overrides: dict, seed: int | None = None) -> RunCo
     return RunConfig.from_dict({**base, **overrides, **({"seed": seed} if seed is not None else {})})
 
 
-def one_seed(seed: int, work: Path, cfg: RunConfig) -> dict:
+def one_seed(seed: int, work: Path, cfg: RunConfig, eval_limit: int = 32) -> dict:
     run_dir = work / f"seed-{seed}"
     run_dir.mkdir()
     cfg = RunConfig.from_dict({**cfg.to_dict(), "seed": seed})
@@ -59,7 +60,8 @@ def one_seed(seed: int, work: Path, cfg: RunConfig) -> dict:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     train_s = time.time() - t0
     status = runs.read_status(run_dir)
-    subprocess.run([sys.executable, "-m", "pipeline.evaluate", "--run-dir", str(run_dir)], cwd=ROOT, check=True,
+    subprocess.run([sys.executable, "-m", "pipeline.evaluate", "--run-dir", str(run_dir), "--limit", str(eval_limit)],
+                   cwd=ROOT, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ev = json.loads((run_dir / "eval.json").read_text())
     rewards = [r["reward"] for r in runs.read_metrics(run_dir)]
@@ -72,7 +74,8 @@ def one_seed(seed: int, work: Path, cfg: RunConfig) -> dict:
         "gap_closed": ev["gap_closed"], "task_metric": task_key,
         "task_base": (ev["base"].get("task") or {}).get(task_key),
         "task_tuned": (ev["tuned"].get("task") or {}).get(task_key),
-        **fmt, "curve_rise": rise, "curve_noise": noise, "train_rewards": rewards,
+        **fmt, "recall": (ev["base"].get("task") or {}).get("retrieval_recall"), "eval_n": ev["n"],
+        "curve_rise": rise, "curve_noise": noise, "train_rewards": rewards,
         "train_rewards_by_function": [r.get("rewards") for r in runs.read_metrics(run_dir)],
         "samples": ev["samples"][:4], "run_dir": str(run_dir),
     }
@@ -83,6 +86,8 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--preset", default="default",
                     help=f"a preset: {', '.join(PRESET_ALIASES)} or a full name ({'; '.join(PRESETS)})")
+    ap.add_argument("--eval-limit", type=int, default=32, help="held-out prompts to evaluate (the movies preset "
+                    "holds out 49: use --eval-limit 49)")
     ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
                     help="try a variant, e.g. --set learning_rate=5e-4 max_steps=18")
     a = ap.parse_args()
@@ -96,13 +101,14 @@ def main() -> int:
           f"batch {cfg.batch_size}, lr {cfg.learning_rate:g}, max {cfg.max_completion_length} tokens", flush=True)
     results = []
     for seed in a.seeds:
-        r = one_seed(seed, work, cfg)
+        r = one_seed(seed, work, cfg, a.eval_limit)
         results.append(r)
         fmt = (f"format compliance {r['format_base']:.0%} -> {r['format_tuned']:.0%}; "
                if r["format_base"] is not None else "")
         print(f"seed {seed}: {r['state']} in {r['train_wall_s']:.0f} s; held-out reward base {r['base']:.2f} -> tuned "
               f"{r['tuned']:.2f} (max {r['max']:.1f}), gap_closed {r['gap_closed']:.1%}; {fmt}{r['task_metric']} "
-              f"{r['task_base']:.3f} -> {r['task_tuned']:.3f}; train curve {r['curve_rise']:+.2f} "
+              f"{r['task_base']:.3f} -> {r['task_tuned']:.3f} on {r['eval_n']} held-out"
+              f"{'' if r['recall'] is None else ' (retrieval recall %.3f)' % r['recall']}; train curve {r['curve_rise']:+.2f} "
               f"(noise {r['curve_noise']:.2f})", flush=True)
     keys = ["train_wall_s", "gap_closed", "task_base", "task_tuned"]
     keys += ["format_base", "format_tuned"] if all(r["format_base"] is not None for r in results) else []

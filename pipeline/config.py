@@ -26,7 +26,7 @@ LR_SCHEDULERS = ("constant_with_warmup", "linear", "cosine", "constant")
 REPORT_TO = ("none", "tensorboard", "trackio")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 GENERATION_ENGINES = ("auto", "static", "eager")
-DATASET_SOURCES = ("tldr", "arithmetic", "file", "hub")
+DATASET_SOURCES = ("tldr", "arithmetic", "movies", "file", "hub")
 REWARD_ERROR_POLICIES = ("fail", "skip")
 
 
@@ -117,7 +117,7 @@ class RewardSpec:
 class DatasetSpec:
     """Where the prompts come from."""
 
-    source: str = field(default="tldr", metadata=_help("tldr, arithmetic (bundled), file (CSV/JSONL) or hub."))
+    source: str = field(default="tldr", metadata=_help("tldr, arithmetic, movies (bundled), file (CSV/JSONL) or hub."))
     path: str = field(default="", metadata=_help("CSV or JSONL file, for source=file."))
     prompt_column: str = field(default="prompt", metadata=_help("Column holding the prompt text (or chat messages)."))
     answer_column: str = field(default="", metadata=_help("Optional column with the reference answer."))
@@ -567,6 +567,16 @@ PRESETS: dict[str, dict[str, Any]] = {
         "batch_size": 16,
         "max_completion_length": 40,  # "<think>13 + 5 × 8 = 53</think><answer>53</answer>" is ~30 tokens
         "max_steps": 16,
+        "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
+    },
+    # Questions about the bundled films, each followed by the plots the RAG tab's search finds for it; the
+    # answer is the film's title (built by bench/movie_questions.py). Correctness dominates; the citation
+    # reward keeps the RAG tab's "[n]" habit. A held-out share of 0.15 leaves about 49 films no training
+    # question is about.
+    "Movie questions": {
+        "dataset": DatasetSpec(source="movies", eval_fraction=0.15),
+        "rewards": [RewardSpec("movie_title", 2.0, {}), RewardSpec("film_citation", 0.5, {})],
+        "max_completion_length": 24,  # "The Cabinet of Dr. Caligari [4]" is about 12 tokens
         "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
     },
     # The classic GRPO run (DeepSeek-R1 style) on a GPU: GSM8K word problems, correctness + format, vLLM

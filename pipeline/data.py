@@ -18,6 +18,7 @@ from pipeline.config import DatasetSpec
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 TLDR_PATH = ASSETS / "prompts" / "tldr.jsonl"
+MOVIES_PATH = ASSETS / "prompts" / "movies.jsonl"  # built by bench/movie_questions.py
 
 # The instruction goes in the user turn, after the post: the 135M model follows a system prompt weakly
 # and, with the instruction only there, often answers as if asked to edit the post.
@@ -130,6 +131,26 @@ def arithmetic_rows(system_prompt: str = "") -> list[dict]:
                {"role": "user", "content": ARITHMETIC_EXAMPLE[0]},
                {"role": "assistant", "content": ARITHMETIC_EXAMPLE[1]}]
     return [{"prompt": [*opening, {"role": "user", "content": q}], "answer": str(a)} for q, a in arithmetic_problems()]
+
+
+# ---- bundled Movie questions --------------------------------------------------------------------
+
+
+def movie_rows(system_prompt: str = "") -> list[dict]:
+    """One question per bundled film, with the plots the RAG tab's default search found for it and the
+    film's title as the answer. Columns: prompt, answer, film_id, question, candidates (the retrieved
+    films' titles, in prompt order) and retrieved (whether the film is among them). One row per film, so
+    the held-out rows are about films no training row is about. A system prompt replaces the RAG tab's.
+
+    >>> rows = movie_rows()
+    >>> len({r["film_id"] for r in rows}) == len(rows), rows[0]["prompt"][0]["role"]
+    (True, 'system')
+    """
+    rows = [json.loads(line) for line in MOVIES_PATH.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if system_prompt:
+        for row in rows:
+            row["prompt"] = chat(row["prompt"][-1]["content"], system_prompt)
+    return rows
 
 
 # ---- user files ---------------------------------------------------------------------------------
@@ -280,6 +301,8 @@ def load_rows(spec: DatasetSpec) -> list[dict]:
         rows = tldr_rows(spec.system_prompt)
     elif spec.source == "arithmetic":
         rows = arithmetic_rows(spec.system_prompt)
+    elif spec.source == "movies":
+        rows = movie_rows(spec.system_prompt)
     elif spec.source == "file":
         rows = file_rows(spec)
     elif spec.source == "hub":

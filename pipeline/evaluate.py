@@ -72,6 +72,10 @@ def report(result: dict) -> str:
             extra = (f" (format compliance {result['base']['task']['format_compliance']:.0%} -> "
                      f"{result['tuned']['task']['format_compliance']:.0%})")
         lines.append(f"task metric, not a reward: {hb[0]} base {hb[1]:.3f}, tuned {ht[1]:.3f}{extra}")
+        recall = result["base"]["task"].get("retrieval_recall")
+        if recall is not None:
+            lines.append(f"the right film was among the retrieved plots for {recall:.1%} of the questions "
+                         "(retrieval recall: the most accuracy can reach)")
     return "\n".join(lines)
 
 

@@ -87,7 +87,8 @@ def answer_parses(completion: str) -> bool:
 def task_metrics(rows: list[dict], completions: list[str]) -> dict[str, Any] | None:
     """Mean task metrics over held-out rows, or None when the dataset has no task metric.
 
-    TL;DR rows carry their post under "source". Rows with a reference "answer" get exact-number
+    TL;DR rows carry their post under "source". Movie question rows (an "answer" and "retrieved") get
+    `movie_metrics`. Other rows with a reference "answer" get exact-number
     accuracy (numeric_tolerance's test, scored here whether or not the run used it as a reward) and
     format compliance: the share of answers with a number inside <answer></answer>.
 
@@ -106,6 +107,8 @@ def task_metrics(rows: list[dict], completions: list[str]) -> dict[str, Any] | N
             out[key] = round(statistics.fmean(s[key] for s in scored), 4)
         out["per_prompt"] = [s["summary_score"] for s in scored]
         return out
+    if rows and all("answer" in r and "retrieved" in r for r in rows):
+        return movie_metrics(rows, completions)
     if rows and all("answer" in r for r in rows):
         from pipeline.rewards import NumericTolerance
 
@@ -114,6 +117,28 @@ def task_metrics(rows: list[dict], completions: list[str]) -> dict[str, Any] | N
         return {"kind": "accuracy", "accuracy": round(statistics.fmean(hits), 4),
                 "format_compliance": round(statistics.fmean(formatted), 4), "per_prompt": hits}
     return None
+
+
+def movie_metrics(rows: list[dict], completions: list[str]) -> dict[str, Any]:
+    """Movie questions: accuracy (the answer names the right film and no other it was given) beside
+    retrieval recall (the share of questions whose film was among the retrieved plots at all: accuracy can't
+    pass it, since a film the search missed can't be cited), and format compliance (one film cited by number).
+
+    >>> rows = [{"answer": "Psycho", "candidates": ["Psycho", "Jaws"], "retrieved": True},
+    ...         {"answer": "Heat", "candidates": ["Psycho", "Jaws"], "retrieved": False}]
+    >>> m = movie_metrics(rows, ["Psycho [1]", "Heat"])
+    >>> m["accuracy"], m["retrieval_recall"], m["format_compliance"], m["per_prompt"]
+    (0.5, 0.5, 0.5, [1.0, 0.0])
+    """
+    from pipeline.rewards import FilmCitation, MovieTitle
+
+    kwargs = {"answer": [r["answer"] for r in rows], "candidates": [r.get("candidates") for r in rows]}
+    # A right title for a film the search missed came from the model's memory, not the plots: not counted.
+    hits = [h if r["retrieved"] else 0.0 for h, r in zip(MovieTitle()(completions, **kwargs), rows)]
+    cited = [1.0 if v == 1.0 else 0.0 for v in FilmCitation()(completions, **kwargs)]
+    return {"kind": "movie", "accuracy": round(statistics.fmean(hits), 4),
+            "retrieval_recall": round(statistics.fmean(1.0 if r["retrieved"] else 0.0 for r in rows), 4),
+            "format_compliance": round(statistics.fmean(cited), 4), "per_prompt": hits}
 
 
 def headline(metrics: dict[str, Any] | None) -> tuple[str, float] | None:

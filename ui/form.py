@@ -21,6 +21,7 @@ from pipeline.rewards import reward_registry
 SOURCES = {
     "TL;DR (bundled)": "tldr",
     "Arithmetic (bundled)": "arithmetic",
+    "Movie questions (bundled)": "movies",
     "Upload CSV/JSONL": "file",
     "Hub dataset": "hub",
 }

@@ -385,6 +385,9 @@ def probes_html(evals: list[dict], pick=None, cfg: dict | None = None, state: st
     if _finite(fmt):  # answers with a number inside <answer></answer> (tasks with reference answers)
         vs = f" ({(fmt - fmt0) * 100:+.0f} points vs step {base['step']})" if i > 0 and _finite(fmt0) else ""
         head.append(f"<span class='gs-format'>format compliance <b>{fmt:.0%}</b>{vs}</span>")
+    recall = (cur.get("task") or {}).get("retrieval_recall")
+    if _finite(recall):  # movie questions: the right film among the retrieved plots, the ceiling on accuracy
+        head.append(f"film retrieved <b>{recall:.0%}</b>")
     if _finite(cur.get("seconds")):
         head.append(f"probe took {cur['seconds']:.1f} s")
     legend = (f"Compared with step {prev['step']}: <ins>new words</ins> <del>removed words</del>" if prev else
@@ -458,7 +461,31 @@ def eval_result_markdown(name: str, result: dict) -> str:
     lines.append(f"\nDelta (tuned - base): **{result['delta']:+.3f}**")
     if result.get("gap_closed") is not None:
         lines.append(f" · gap closed: **{result['gap_closed']:.1%}**")
+    lines += task_result_lines(result)
     return "\n".join(lines)
+
+
+def task_result_lines(result: dict) -> list[str]:
+    """eval.json's task metric (not a reward), base -> tuned, with format compliance and, for movie
+    questions, how often the right film was retrieved at all (the most accuracy can reach).
+
+    >>> task = {"kind": "movie", "accuracy": 0.2, "format_compliance": 0.5, "retrieval_recall": 0.98}
+    >>> print("\\n".join(task_result_lines({"base": {"task": task}, "tuned": {"task": task | {"accuracy": 0.5}}})))
+    <BLANKLINE>
+    Task metric (not a reward): accuracy **20.0% -> 50.0%** · format compliance 50% -> 50% · the right film was among the retrieved plots for 98% of the questions (accuracy can't pass this)
+    """
+    base, tuned = result["base"].get("task") or {}, result["tuned"].get("task") or {}
+    key = _task_key(base)
+    if not key or not _finite(base.get(key)) or not _finite(tuned.get(key)):
+        return []
+    value = (lambda v: f"{v:.1%}") if key == "accuracy" else (lambda v: f"{v:.3f}")
+    parts = [f"Task metric (not a reward): {key} **{value(base[key])} -> {value(tuned[key])}**"]
+    if _finite(base.get("format_compliance")) and _finite(tuned.get("format_compliance")):
+        parts.append(f"format compliance {base['format_compliance']:.0%} -> {tuned['format_compliance']:.0%}")
+    if _finite(base.get("retrieval_recall")):
+        parts.append(f"the right film was among the retrieved plots for {base['retrieval_recall']:.0%} of the "
+                     "questions (accuracy can't pass this)")
+    return ["", " · ".join(parts)]
 
 
 def eval_markdown(name: str, status: dict | None, result: dict | Exception | None) -> str:

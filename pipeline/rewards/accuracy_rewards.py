@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pipeline.rewards.errors import RewardFunctionError
-from pipeline.rewards.text import _normalise, completion_text, extract_answer, parse_number
+from pipeline.rewards.text import _normalise, completion_text, extract_answer, names_title, normalise_title, parse_number
 
 
 def _answers(kwargs: dict, n: int, reward: str) -> list[Any]:
@@ -64,4 +65,52 @@ class NumericTolerance:
                 continue
             ok = abs(got - want) <= max(self.atol, self.rtol * abs(want))
             out.append(1.0 if ok else 0.0)
+        return out
+
+
+def other_titles_named(text: str, answer: str, candidates) -> bool:
+    """Whether `text` names a candidate film other than `answer` (the answer's own title taken out first, so
+    "Psycho II" does not count as naming "Psycho").
+
+    >>> other_titles_named("Psycho II [1]", "Psycho II", ["Psycho", "Psycho II"])
+    False
+    >>> other_titles_named("Psycho or Vertigo", "Psycho", ["Psycho", "Vertigo"])
+    True
+    """
+    folded = " " + re.sub(r"[\W_]+", " ", str(text).lower()).strip() + " "
+    wanted = normalise_title(answer)
+    if wanted:
+        folded = folded.replace(f" {wanted} ", " | ")
+    for title in candidates or ():
+        other = normalise_title(title)
+        if other and other != wanted and len(other) >= 3 and f" {other} " in folded:
+            return True
+    return False
+
+
+class MovieTitle:
+    """1.0 when the answer names the right film: its title appears (case, punctuation, spacing and a leading
+    "the/a/an" ignored) and no other retrieved film (the row's `candidates`, when the dataset has them) is
+    named beside it, so listing every title earns nothing.
+
+    >>> films = ["Psycho", "Vertigo", "The Birds"]
+    >>> MovieTitle()(["It is Psycho [1].", "psycho", "Psycho or Vertigo?", "[1]", "Birds [3]"],
+    ...              answer=["Psycho"] * 4 + ["The Birds"], candidates=[films] * 5)
+    [1.0, 1.0, 0.0, 0.0, 1.0]
+    """
+
+    needs_answer = True
+    max_value = 1.0
+
+    def __init__(self, name: str = "movie_title"):
+        self.__name__ = name
+
+    def __call__(self, completions, **kwargs) -> list[float]:
+        refs = _answers(kwargs, len(completions), self.__name__)
+        options = kwargs.get("candidates") or [None] * len(completions)
+        out = []
+        for c, ref, candidates in zip(completions, refs, options):
+            text = completion_text(c)
+            right = names_title(text, str(ref)) and not other_titles_named(text, str(ref), candidates)
+            out.append(1.0 if right else 0.0)
         return out

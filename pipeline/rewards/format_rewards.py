@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pipeline.rewards.errors import RewardTimeout
 from pipeline.rewards.text import THINK_ANSWER, completion_text
 
@@ -91,3 +93,33 @@ class KeywordPresence:
                 f"gave up: its pattern {self.pattern.pattern!r} searched completion #{index} for over "
                 f"{MATCH_TIMEOUT_S:g} s. A pattern with nested repeats, such as (a|aa)* or (a+)+, can backtrack "
                 "without end: simplify it.") from None
+
+
+FILM_CITATION = re.compile(r"\[(\d{1,2})\]|(?:\b(?:film|movie)|#)\s*(\d{1,2})\b", re.IGNORECASE)
+
+
+class FilmCitation:
+    """1.0 when the answer cites one of the numbered films it was given, as the RAG tab's prompt asks: "[2]",
+    "film 2" or "#2", with the number in range (the row's `candidates` count them; 5 without them). 0.5
+    when it cites more than one film, 0.0 when it cites none or a number that isn't there.
+
+    >>> FilmCitation()(["Psycho [1].", "Films [1] and [2].", "Psycho.", "See [9]"], candidates=[["a", "b", "c"]] * 4)
+    [1.0, 0.5, 0.0, 0.0]
+    """
+
+    max_value = 1.0
+
+    def __init__(self, name: str = "film_citation"):
+        self.__name__ = name
+
+    def __call__(self, completions, **kwargs) -> list[float]:
+        options = kwargs.get("candidates") or [None] * len(completions)
+        out = []
+        for c, candidates in zip(completions, options):
+            count = len(candidates) if candidates else 5
+            cited = {int(a or b) for a, b in FILM_CITATION.findall(completion_text(c))}
+            if not cited or any(not 1 <= n <= count for n in cited):
+                out.append(0.0)
+            else:
+                out.append(1.0 if len(cited) == 1 else 0.5)
+        return out

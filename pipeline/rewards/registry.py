@@ -9,9 +9,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from pipeline.rewards.accuracy_rewards import ExactAnswer, NumericTolerance
+from pipeline.rewards.accuracy_rewards import ExactAnswer, MovieTitle, NumericTolerance
 from pipeline.rewards.custom import CustomPython
-from pipeline.rewards.format_rewards import IncrementalFormat, KeywordPresence, StrictFormat
+from pipeline.rewards.format_rewards import FilmCitation, IncrementalFormat, KeywordPresence, StrictFormat
 from pipeline.rewards.meaning_rewards import PostSimilarity
 from pipeline.rewards.style_rewards import LengthTarget, TokenDiversity
 
@@ -160,6 +160,13 @@ reward_registry.register(RewardDef(
     "numeric_tolerance", NumericTolerance, "1 if the final number is within tolerance of the reference (the GRPO tutorial's correctness reward).",
     {"atol": Param(float, "Absolute tolerance."), "rtol": Param(float, "Relative tolerance.")},
     needs_answer=True))
+reward_registry.register(RewardDef(
+    "movie_title", MovieTitle,
+    "1 if the answer names the right film (case, punctuation and a leading 'the/a/an' ignored) and no other "
+    "film it was given.", needs_answer=True))
+reward_registry.register(RewardDef(
+    "film_citation", FilmCitation,
+    "1 if the answer cites one of the numbered films it was given, like [2]; 0.5 for several; 0 for none."))
 reward_registry.register(RewardDef(
     "keyword_presence", KeywordPresence, "Reward (or penalize) completions matching a regex.",
     {"pattern": Param(str, "Regular expression to look for."),

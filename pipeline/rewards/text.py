@@ -61,3 +61,32 @@ def parse_number(text: str) -> float | None:
 
 def _normalise(text: str) -> str:
     return re.sub(r"\s+", " ", text.strip().lower()).strip(" .")
+
+
+LEADING_ARTICLE = re.compile(r"^(?:the|a|an)\s+")
+
+
+def normalise_title(text: str) -> str:
+    """A film title folded for comparison: case, punctuation, spacing and a leading article ignored
+    ("the", "a", "an"); accents and digits are kept.
+
+    >>> normalise_title("  The Cabinet of Dr. Caligari! "), normalise_title("an American Werewolf in London")
+    ('cabinet of dr caligari', 'american werewolf in london')
+    >>> normalise_title("Se7en"), normalise_title("Amélie")
+    ('se7en', 'amélie')
+    """
+    words = re.sub(r"[\W_]+", " ", str(text).lower()).strip()
+    return LEADING_ARTICLE.sub("", words).strip()
+
+
+def names_title(text: str, title: str) -> bool:
+    """Whether `text` names the film `title`: its normalised form appears as whole words.
+
+    >>> names_title("It is The Kid [2].", "The Kid"), names_title("The kidnapping [2]", "The Kid")
+    (True, False)
+    """
+    wanted = normalise_title(title)
+    if not wanted:
+        return False
+    folded = " " + re.sub(r"[\W_]+", " ", str(text).lower()).strip() + " "
+    return f" {wanted} " in folded
