@@ -571,10 +571,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # Questions about the bundled films, each followed by the plots the RAG tab's search finds for it; the
     # answer is the film's title (built by bench/movie_questions.py). Correctness dominates; the citation
-    # reward keeps the RAG tab's "[n]" habit. A held-out share of 0.15 leaves about 49 films no training
-    # question is about.
+    # reward keeps the RAG tab's "[n]" habit. The set holds out at least 15% (49 films no training question
+    # is about; pipeline/data.py).
     "Movie questions": {
-        "dataset": DatasetSpec(source="movies", eval_fraction=0.15),
+        "dataset": DatasetSpec(source="movies"),
         "rewards": [RewardSpec("movie_title", 2.0, {}), RewardSpec("film_citation", 0.5, {})],
         "max_completion_length": 24,  # "The Cabinet of Dr. Caligari [4]" is about 12 tokens
         "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published

@@ -19,6 +19,7 @@ from pipeline.config import DatasetSpec
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 TLDR_PATH = ASSETS / "prompts" / "tldr.jsonl"
 MOVIES_PATH = ASSETS / "prompts" / "movies.jsonl"  # built by bench/movie_questions.py
+MOVIES_MIN_HELD_OUT = 0.15  # the movie set holds out at least this share: 49 of its 326 films
 
 # The instruction goes in the user turn, after the post: the 135M model follows a system prompt weakly
 # and, with the instruction only there, often answers as if asked to edit the post.
@@ -353,7 +354,10 @@ def check_prompt_budget(rows: list[dict], count_tokens: Callable[[list[dict]], i
 
 def load_dataset_split(spec: DatasetSpec, seed: int) -> tuple[list[dict], list[dict]]:
     rows = load_rows(spec)
-    train, held = split_rows(rows, spec.eval_fraction, seed, spec.limit)
+    share = spec.eval_fraction
+    if spec.source == "movies" and share > 0:  # enough held-out films for accuracy to move in steps of ~2%
+        share = max(share, MOVIES_MIN_HELD_OUT)
+    train, held = split_rows(rows, share, seed, spec.limit)
     if not train:
         raise DatasetError(f"{spec.source}: nothing left to train on after holding out the eval split.")
     return train, held
