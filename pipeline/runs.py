@@ -22,11 +22,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
+from pipeline.jobstate import busy_with, job_status
 from pipeline.jobstate import (  # noqa: F401 - re-exported: the run's state, as callers know it (runs.<name>)
-    ACTIVE_STATES, DAMAGED, busy_with, job_status, launcher, launcher_alive, process_create_time, process_start, read_status,
-    write_status)
+    ACTIVE_STATES, DAMAGED, launcher, launcher_alive, process_create_time, process_start, read_status, write_status)
+from pipeline.jsonio import _read_json, file_problem
 from pipeline.jsonio import (  # noqa: F401 - re-exported: the JSON files of a run
-    _read_json, append_jsonl, file_problem, read_json, read_jsonl, unreadable_lines, write_json_atomic)
+    append_jsonl, read_json, read_jsonl, unreadable_lines, write_json_atomic)
 from pipeline import jobs, run_files
 from pipeline import owners
 from pipeline.paths import data_dir  # also imported from here by the app and the tabs

@@ -722,9 +722,12 @@ def failure(run_dir: Path, exc: BaseException) -> str:
     may be waiting for this rank in a collective and never get to say why."""
     from pipeline.models import ModelError, is_out_of_memory, out_of_memory_message
 
-    if isinstance(exc, (ConfigError, DatasetError, RewardFunctionError)):
+    if isinstance(exc, (ConfigError, DatasetError, RewardFunctionError)):  # said in words: no traceback needed
         message = str(exc)
-    elif runs.is_disk_full(exc):
+        log.error("Run failed: %s", message)
+        return _ranked(message)
+    log.error("Training failed:\n%s", "".join(traceback.format_exception(exc)))
+    if runs.is_disk_full(exc):
         message = runs.disk_full_message(run_dir, exc)
     elif is_out_of_memory(exc):
         message = out_of_memory_message(
@@ -732,8 +735,11 @@ def failure(run_dir: Path, exc: BaseException) -> str:
             "a smaller model, or a GPU with bf16. Resume continues from the last complete checkpoint.")
     else:
         message = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
-        log.error("Training failed:\n%s", "".join(traceback.format_exception(exc)))
     log.error("Run failed: %s", message)
+    return _ranked(message)
+
+
+def _ranked(message: str) -> str:
     rank = os.environ.get("RANK", "0")
     return message if rank == "0" else f"Rank {rank}: {message}"
 
