@@ -3,7 +3,8 @@
     python -m pipeline.evaluate --run-dir DIR [--limit 32]
 
 Writes DIR/eval.json, and its progress to DIR/eval_status.json (running with done/total prompts and an
-ETA, then done, failed or stopped) so the app's Runs panel can follow it; SIGTERM stops it. Decoding is
+ETA, then done, failed or stopped) so the app's Runs panel can follow it; SIGTERM stops it. A runner job
+(pipeline/jobs.py: EVALUATE). Decoding is
 greedy so the comparison is repeatable (the GRPO tutorial's advice: judge on data the run never trained
 on, with the same rewards).
 """
@@ -12,17 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
-from pipeline import runs
+from pipeline import run_files, runs
 from pipeline.config import RunConfig
 from pipeline.data import load_dataset_split
+from pipeline.jobs import EVALUATE
+from pipeline.jobstate import JobWorker, job_worker
 from pipeline.paths import keep_private
 from pipeline.probes import reward_kwargs
 from pipeline.rewards import build_rewards, reward_maximum, score
@@ -80,19 +81,14 @@ def report(result: dict) -> str:
 
 
 def tuned_model_path(run_dir: Path) -> Path:
-    merged = run_dir / "merged"
-    if (merged / "config.json").exists():
+    merged = run_files.merged_model(run_dir)
+    if merged is not None:
         return merged
     raise FileNotFoundError(f"{run_dir.name} has no merged model yet (it is still running, failed, or was "
                             "started with merge_at_end off).")
 
 
 BATCH = 8  # prompts generated together; progress is reported after each batch
-
-
-class EvalStopped(BaseException):
-    """SIGTERM (the app's Stop) arrived. A BaseException, like KeyboardInterrupt, so that no loader's
-    `except Exception` turns a Stop into a failure."""
 
 
 def evaluate(run_dir: Path, limit: int = 32,
@@ -103,8 +99,8 @@ def evaluate(run_dir: Path, limit: int = 32,
     from pipeline.models import load_model
 
     progress = progress or (lambda done, total, phase: None)
-    cfg = RunConfig.load(run_dir / "config.json")
-    held_path = run_dir / "eval_prompts.json"
+    cfg = RunConfig.load(run_dir / run_files.CONFIG)
+    held_path = run_dir / run_files.EVAL_PROMPTS
     held = json.loads(held_path.read_text()) if held_path.exists() else load_dataset_split(cfg.dataset, cfg.seed)[1]
     if not held:
         raise ValueError("This run has no held-out prompts (eval_fraction was 0).")
@@ -142,38 +138,33 @@ def evaluate(run_dir: Path, limit: int = 32,
          "base_total": result["base"]["totals"][i], "tuned_total": result["tuned"]["totals"][i]}
         for i, (p, bt, tt) in enumerate(zip(prompts, texts["base"], texts["tuned"]))
     ]
-    runs.write_json_atomic(run_dir / "eval.json", result)
+    runs.write_json_atomic(run_dir / run_files.EVAL_RESULT, result)
     return result
 
 
 class StatusReporter:
     """Writes the evaluator's progress to eval_status.json: done/total prompts, phase and an ETA."""
 
-    def __init__(self, run_dir: Path, limit: int):
-        self.run_dir = run_dir
-        self.started = time.time()
-        runs.write_eval_status(run_dir, "running", pid=os.getpid(), **runs.process_start(os.getpid(), "pid_"),
-            started_at=self.started, ended_at=None, error=None, limit=limit, done=0, total=None,
-            phase="starting", eta_s=None)
+    def __init__(self, job: JobWorker):
+        self.job = job
 
     def __call__(self, done: int, total: int, phase: str) -> None:
-        elapsed = time.time() - self.started
+        elapsed = time.time() - self.job.started
         # Model loads are inside the elapsed time, so early estimates run long; it settles as prompts finish.
         eta = elapsed / done * (total - done) if done else None
-        runs.write_eval_status(self.run_dir, "running", done=done, total=total, phase=phase,
-                               eta_s=round(eta, 1) if eta is not None else None, elapsed_s=round(elapsed, 1))
+        self.job.write("running", done=done, total=total, phase=phase,
+                       eta_s=round(eta, 1) if eta is not None else None, elapsed_s=round(elapsed, 1))
 
-    def finish(self, state: str, **fields) -> None:
-        runs.write_eval_status(self.run_dir, state, ended_at=time.time(),
-                               elapsed_s=round(time.time() - self.started, 1), **fields)
-
-
-_STOP_REQUESTED: list[int] = []
+    def elapsed(self) -> dict:
+        return {"elapsed_s": round(time.time() - self.job.started, 1)}
 
 
-def _raise_stopped(signum, frame):
-    _STOP_REQUESTED.append(signum)  # the exception may surface wrapped (e.g. inside a lazy import)
-    raise EvalStopped
+def failure_message(exc: BaseException) -> str:
+    from pipeline.models import is_out_of_memory, out_of_memory_message
+
+    if is_out_of_memory(exc):
+        return out_of_memory_message("evaluating", "Evaluate fewer prompts (--limit) or free memory first.")
+    return str(exc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,40 +175,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=32, help="Evaluate at most this many held-out prompts.")
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir).resolve()
-    if not (run_dir / "config.json").exists():
+    if not (run_dir / run_files.CONFIG).exists():
         print(f"Evaluation failed: {run_dir} is not a run directory (it has no config.json).", file=sys.stderr)
         return 1
-    signal.signal(signal.SIGTERM, _raise_stopped)
-    signal.signal(signal.SIGINT, _raise_stopped)
-    try:
-        reporter = StatusReporter(run_dir, args.limit)
-    except EvalStopped:  # stopped while starting: say so (the launcher's "queued" is still the state)
-        runs.write_eval_status(run_dir, "stopped", error=None)
-        return 130
-    try:
+    reporter: StatusReporter | None = None
+    # running -> done, or stopped (SIGTERM, the app's Stop) or failed (with the reason): eval_status.json.
+    with job_worker(run_dir, EVALUATE, failure=failure_message, ending=lambda: reporter.elapsed() if reporter else {},
+                    limit=args.limit, done=0, total=None, phase="starting", eta_s=None) as job:
+        reporter = StatusReporter(job)
         result = evaluate(run_dir, args.limit, progress=reporter)
-    except EvalStopped:
-        reporter.finish("stopped", error=None)
+        job.finish("done", done=2 * result["n"], total=2 * result["n"], phase="done", eta_s=0,
+                   delta=result["delta"], gap_closed=result["gap_closed"], n=result["n"], **reporter.elapsed())
+    if job.state == "stopped":
         print("Evaluation stopped.", file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - a CLI: print the reason, not a traceback
-        if _STOP_REQUESTED:  # a Stop raised inside a library call (a model load) that re-wrapped it
-            reporter.finish("stopped", error=None)
-            print("Evaluation stopped.", file=sys.stderr)
-            return 130
-        from pipeline.models import is_out_of_memory, out_of_memory_message
-
-        message = (out_of_memory_message("evaluating", "Evaluate fewer prompts (--limit) or free memory first.")
-                   if is_out_of_memory(exc) else str(exc))
-        reporter.finish("failed", error=message)
-        print(f"Evaluation failed: {message}", file=sys.stderr)
-        return 1
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # eval.json is written: a late Stop changes nothing
-    reporter.finish("done", done=2 * result["n"], total=2 * result["n"], phase="done", eta_s=0,
-                    delta=result["delta"], gap_closed=result["gap_closed"], n=result["n"])
-    print(report(result))
-    print("Wrote eval.json.")
-    return 0
+    elif job.state == "failed":
+        print(f"Evaluation failed: {job.error}", file=sys.stderr)
+    else:
+        print(report(result))
+        print("Wrote eval.json.")
+    return job.exit_code
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Taking a finished run's model out of the app: zips of the merged model and the adapter, the snippet that
 loads them, and the push of the merged model to the Hugging Face Hub.
 
-The push is a runner job (kind "push", pipeline/runner.py): `python -m pipeline.export --run-dir R --repo
+The push is a runner job (pipeline/jobs.py: PUSH): `python -m pipeline.export --run-dir R --repo
 ID` runs as a process of its own, writes push_status.json (docs/run-files.md) and can be stopped. The token
 comes in the HF_TOKEN environment variable, never on the command line or in a run file. No gradio import.
 """
@@ -11,16 +11,16 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
 from pathlib import Path
 from typing import Callable
 
-from pipeline import jobstate, owners
+from pipeline import owners, run_files
+from pipeline.jobs import PUSH
+from pipeline.jobstate import job_worker
 from pipeline.paths import data_dir, keep_private
 
-PUSH_STATUS_FILE = jobstate.PUSH_STATUS_FILE
-TOKEN_ENV = "HF_TOKEN"
+TOKEN_ENV = next(option.env for option in PUSH.options if option.env)  # "HF_TOKEN": how the token travels
 
 
 class ExportError(ValueError):
@@ -29,7 +29,7 @@ class ExportError(ValueError):
 
 def exportable(run_dir: Path | None) -> Path:
     """The run folder when it holds a merged model; ExportError otherwise."""
-    if run_dir is None or not (Path(run_dir) / "merged" / "config.json").exists():
+    if run_dir is None or run_files.merged_model(run_dir) is None:
         raise ExportError("Pick a finished run (\"… (tuned, final)\") to export.")
     return Path(run_dir)
 
@@ -45,7 +45,7 @@ def export_zips(run_dir: Path, on_part: Callable[[str], None] = lambda part: Non
     out = data_dir() / "exports"
     out.mkdir(parents=True, exist_ok=True)
     files = []
-    for part in ("merged", "adapter"):
+    for part in (run_files.MERGED, run_files.ADAPTER):
         on_part(part)
         base = out / f"{run_dir.name}-{part}"
         files.append(shutil.make_archive(str(base), "zip", root_dir=run_dir / part))
@@ -72,18 +72,9 @@ def load_snippet(run_name: str) -> str:
 
 def push_problem(run_dir: Path | None, repo_id: str | None, token: str | None) -> str | None:
     """What is wrong with a push request, in words; None when it can go."""
-    if run_dir is None or not (Path(run_dir) / "merged" / "config.json").exists():
+    if run_dir is None or run_files.merged_model(run_dir) is None:
         return "Pick a finished run to push."
-    if not (repo_id or "").strip() or "/" not in repo_id:
-        return "Enter a repository id like `your-name/my-grpo-model`."
-    if not (token or "").strip():
-        return "Enter a Hugging Face access token with write permission."
-    return None
-
-
-def push_command(run_dir: Path, repo_id: str, python: str | None = None) -> list[str]:
-    """The argument list that pushes `run_dir`'s merged model (the token travels in HF_TOKEN)."""
-    return [python or sys.executable, "-m", "pipeline.export", "--run-dir", str(run_dir), "--repo", repo_id.strip()]
+    return PUSH.problem(repo_id=repo_id, token=token)
 
 
 def push(run_dir: Path, repo_id: str, token: str) -> str:
@@ -92,7 +83,7 @@ def push(run_dir: Path, repo_id: str, token: str) -> str:
 
     api = HfApi(token=token.strip())
     api.create_repo(repo_id.strip(), exist_ok=True)
-    api.upload_folder(folder_path=str(Path(run_dir) / "merged"), repo_id=repo_id.strip())
+    api.upload_folder(folder_path=str(Path(run_dir) / run_files.MERGED), repo_id=repo_id.strip())
     return f"https://huggingface.co/{repo_id.strip()}"
 
 
@@ -113,25 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--repo", required=True)
     args = parser.parse_args(argv)
-
-    def write(state: str, **fields) -> None:
-        jobstate.write_state(args.run_dir, PUSH_STATUS_FILE, "pusher", state, **fields)
-
-    def stopped(*_):
-        write("stopped")
-        sys.exit(130)
-
-    signal.signal(signal.SIGTERM, stopped)
-    pid = os.getpid()
-    write("running", pid=pid, **jobstate.process_start(pid, "pid_"), repo=args.repo)
     token = os.environ.get(TOKEN_ENV, "")
-    try:
-        url = push(args.run_dir, args.repo, token)
-    except Exception as exc:  # noqa: BLE001 - auth errors, permission, network drop: the status says which
-        write("failed", error=f"Push failed: {without_secret(str(exc), token)}")
-        return 1
-    write("done", url=url)
-    return 0
+    with job_worker(args.run_dir, PUSH, repo=args.repo,
+                    failure=lambda exc: f"Push failed: {without_secret(str(exc), token)}") as job:
+        job.finish("done", url=push(args.run_dir, args.repo, token))
+    return job.exit_code
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from pipeline import runs
+from pipeline import run_files, runs
 
 
 def generate_batch(model, tokenizer, prompts: list[list[dict]], max_new_tokens: int = 64,
@@ -208,7 +208,7 @@ def chat_choices() -> list[tuple[str, str]]:
 
     out: list[tuple[str, str]] = []
     for run_dir in runs.iter_run_dirs():
-        if (run_dir / "merged" / "config.json").exists():
+        if run_files.merged_model(run_dir) is not None:
             out.append((f"{run_dir.name} (tuned, final)", ModelChoice("run", run_dir.name).value))
         for ckpt in runs.checkpoints(run_dir):
             step = runs.checkpoint_step(ckpt)
@@ -262,18 +262,18 @@ def _load_choice(choice: "str | ModelChoice"):
         if run_dir is None:
             return load_model(choice.name)
         if choice.kind == "run":
-            merged = run_dir / "merged"
-            if not (merged / "config.json").exists():
+            merged = run_files.merged_model(run_dir)
+            if merged is None:
                 state = runs.read_status(run_dir).get("state")
                 raise ChatModelError(f"Run '{run_dir.name}' has no merged model yet (it is {state}). Pick one of "
                                      "its checkpoints, or wait until it finishes.")
             return load_model(str(merged))
-        ckpt = run_dir / f"checkpoint-{choice.step}"
-        if not (ckpt / runs.CHECKPOINT_MARKER).exists():
+        ckpt = run_files.checkpoint(run_dir, choice.step)
+        if not (ckpt / run_files.CHECKPOINT_MARKER).exists():
             raise ChatModelError(f"Checkpoint {choice.step} of '{run_dir.name}' is missing or incomplete.")
         from peft import PeftModel
 
-        base, tokenizer = load_model(RunConfig.load(run_dir / "config.json").model)
+        base, tokenizer = load_model(RunConfig.load(run_dir / run_files.CONFIG).model)
         return PeftModel.from_pretrained(base, ckpt).merge_and_unload().eval(), tokenizer
     except ModelError as exc:
         raise ChatModelError(str(exc)) from None

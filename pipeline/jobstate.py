@@ -1,40 +1,35 @@
-"""Job state files (status.json, eval_status.json) and whether the process behind one is still alive.
+"""Job state files (status.json, eval_status.json, ...) and whether the process behind one is still alive,
+and the worker's side of a job (`job_worker`).
 
-Who may write which state to which file is decided in docs/run-files.md and enforced here: every state
-write goes through `write_state`, each writer may write only its own states (`STATE_WRITERS`), and a
-launch never overwrites a live process's "running". Readers never write: a writer that died without
-saying so reads as failed (pid + create-time liveness, so a recycled pid is not mistaken for it).
+Which process may write which state to which file is declared with each kind of job (pipeline/jobs.py) and
+enforced here: every state write goes through `write_state`, each writer may write only its own states, and
+a launch never overwrites a live process's "running". Readers never write: a writer that died without
+saying so reads as failed (pid + start liveness, so a recycled pid is not mistaken for it).
 No torch or gradio import.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
+from pipeline import jobs, run_files
 from pipeline.jsonio import _read_json, file_problem, write_json_atomic
 
 STATES = ("new", "queued", "running", "finished", "failed", "stopped")  # "new": a config, never started
 DAMAGED = "damaged"  # read only: a run whose config.json or status.json can't be read (never written)
 QUEUED_GRACE_S = 120  # a launch that wrote "queued" but no launcher record by then never started
 ACTIVE_STATES = ("queued", "running")
-LAUNCHER_FILE = "launcher.json"  # pid of the process the app started (torchrun or the trainer itself)
-STATUS_FILE = "status.json"
-EVAL_STATUS_FILE = "eval_status.json"
-EVAL_LAUNCHER_FILE = "eval_launcher.json"
 EVAL_STATES = ("queued", "running", "done", "failed", "stopped")
-PUSH_STATUS_FILE = "push_status.json"  # a push of the merged model to the Hub (pipeline/export.py)
-PUSH_LAUNCHER_FILE = "push_launcher.json"
-# Who may write which state to which file (the table in docs/run-files.md).
-STATE_WRITERS: dict[tuple[str, str], tuple[str, ...]] = {
-    (STATUS_FILE, "launcher"): ("queued", "failed"),  # "failed": the trainer could not be started
-    (STATUS_FILE, "trainer"): ("running", "finished", "stopped", "failed"),
-    (EVAL_STATUS_FILE, "launcher"): ("queued",),
-    (EVAL_STATUS_FILE, "evaluator"): ("running", "done", "failed", "stopped"),
-    (PUSH_STATUS_FILE, "launcher"): ("queued",),
-    (PUSH_STATUS_FILE, "pusher"): ("running", "done", "failed", "stopped"),
-}
+
+log = logging.getLogger("grpo_studio.jobs")
 
 
 # ---- process liveness --------------------------------------------------------------------------
@@ -124,13 +119,13 @@ def _writer_alive(status: dict, launcher_info: dict | None) -> bool:
 
 def write_state(run_dir: str | Path, name: str, writer: str, state: str, fresh: bool = False,
                 **fields: Any) -> dict:
-    """The one way a state file (status.json, eval_status.json) is written: merged with what is there
-    (or `fresh`: replacing it), atomically, by a writer that owns `state` (STATE_WRITERS).
+    """The one way a state file (status.json, eval_status.json, ...) is written: merged with what is there
+    (or `fresh`: replacing it), atomically, by a writer that owns `state` (declared in pipeline/jobs.py).
 
     A launch ("queued") never overwrites a process that says it is running and is still alive."""
-    allowed = STATE_WRITERS.get((name, writer))
+    allowed = jobs.state_writers().get((name, writer))
     if allowed is None or state not in allowed:
-        raise ValueError(f"The {writer} does not write state {state!r} to {name}; see the table in docs/run-files.md.")
+        raise ValueError(f"The {writer} does not write state {state!r} to {name}; see its declaration in pipeline/jobs.py.")
     path = Path(run_dir) / name
     current = _read_json(path) or {}
     if state == "queued" and current.get("state") == "running" and record_alive(current, "pid_"):
@@ -177,68 +172,144 @@ def write_status(run_dir: str | Path, state: str, writer: str | None = None, **f
     if state not in STATES:
         raise ValueError(f"state must be one of {STATES}")
     writer = writer or ("launcher" if state == "queued" else "trainer")
-    return write_state(run_dir, STATUS_FILE, writer, state, **fields)
+    return write_state(run_dir, jobs.TRAIN.status_file, writer, state, **fields)
 
 
 def launcher(run_dir: str | Path) -> dict | None:
-    return _read_json(Path(run_dir) / LAUNCHER_FILE)
+    return _read_json(Path(run_dir) / jobs.TRAIN.launcher_file)
 
 
 def launcher_alive(run_dir: str | Path) -> bool:
     """Whether the process the app launched for this run (trainer or torchrun) still exists."""
-    return launcher_record_alive(run_dir, LAUNCHER_FILE)
+    return launcher_record_alive(run_dir, jobs.TRAIN.launcher_file)
 
 
 def read_status(run_dir: str | Path) -> dict:
     """status.json, corrected for a trainer that died without saying so (SIGKILL, OOM killer)."""
     run_dir = Path(run_dir)
-    status = _read_json(run_dir / STATUS_FILE)
+    path = run_dir / jobs.TRAIN.status_file
+    status = _read_json(path)
     if status is None:
-        if (run_dir / STATUS_FILE).exists():
-            return {"state": DAMAGED, "error": file_problem(run_dir / STATUS_FILE)}
+        if path.exists():
+            return {"state": DAMAGED, "error": file_problem(path)}
         # A folder with a config that no trainer ever started (a template, a copied run): not active.
-        exists = (run_dir / "config.json").exists()
+        exists = (run_dir / run_files.CONFIG).exists()
         return {"state": "new"} if exists else {"state": "failed", "error": "This run folder has no config.json."}
     if not _writer_alive(status, launcher(run_dir)):
-        status = dict(status)
-        status["state"] = "failed"
-        status["error"] = status.get("error") or (
-            "The trainer process exited without reporting (killed, or out of memory). "
-            "See the log tail; resume continues from the last complete checkpoint."
-        )
-        status["crashed"] = True
+        status = {**status, "state": "failed", "crashed": True, "error": status.get("error") or jobs.TRAIN.died_message}
     return status
 
 
-# ---- evaluation jobs ---------------------------------------------------------------------------
+# ---- any kind, by its declaration -----------------------------------------------------------------
 
 
-def write_eval_status(run_dir: str | Path, state: str, writer: str = "evaluator", **fields: Any) -> dict:
-    """Update eval_status.json (owners: docs/run-files.md). The launcher's "queued" starts a fresh file."""
-    return write_state(run_dir, EVAL_STATUS_FILE, writer, state, fresh=state == "queued", **fields)
+def job_status(run_dir: str | Path, kind: str | jobs.Job) -> dict | None:
+    """A job's state file read back (None when it never ran); a writer that died without saying so reads as
+    failed. The training's is the run's own state (read_status: a run never started is "new")."""
+    spec = jobs.job(kind)
+    if spec.run_state:
+        return read_status(run_dir)
+    return read_state(run_dir, spec.status_file, spec.launcher_file, spec.died_message)
 
 
-def read_eval_status(run_dir: str | Path) -> dict | None:
-    """eval_status.json (None when the run was never evaluated), corrected for an evaluator that died
-    without saying so."""
-    return read_state(run_dir, EVAL_STATUS_FILE, EVAL_LAUNCHER_FILE,
-                      "The evaluation process exited without reporting (killed, or out of memory). See eval.log; "
-                      "press Evaluate to run it again.")
+def job_active(run_dir: str | Path, kind: str | jobs.Job) -> bool:
+    return (job_status(run_dir, kind) or {}).get("state") in ACTIVE_STATES
 
 
-def eval_active(run_dir: str | Path) -> bool:
-    return (read_eval_status(run_dir) or {}).get("state") in ACTIVE_STATES
+def busy_with(run_dir: str | Path) -> list[jobs.Job]:
+    """The kinds of job queued or running on a run now (a run is busy while any is)."""
+    return [spec for spec in jobs.JOBS.values() if job_active(run_dir, spec)]
 
 
-def read_push_status(run_dir: str | Path) -> dict | None:
-    """push_status.json (None when the run was never pushed), corrected for a pusher that died without saying so."""
-    return read_state(run_dir, PUSH_STATUS_FILE, PUSH_LAUNCHER_FILE,
-                      "The push exited without reporting (killed, or out of memory). See push.log in the run folder.")
+# ---- the worker's side of a job ----------------------------------------------------------------------
 
 
-def push_active(run_dir: str | Path) -> bool:
-    return (read_push_status(run_dir) or {}).get("state") in ACTIVE_STATES
+class JobStopped(BaseException):
+    """SIGTERM or SIGINT (the app's Stop) arrived. A BaseException, like KeyboardInterrupt, so that no
+    library's `except Exception` turns a Stop into a failure."""
 
 
-def eval_launcher_alive(run_dir: str | Path) -> bool:
-    return launcher_record_alive(run_dir, EVAL_LAUNCHER_FILE)
+class JobWorker:
+    """A job's own process, as `job_worker` hands it over: it writes the job's states as the job's worker."""
+
+    def __init__(self, run_dir: Path, spec: jobs.Job):
+        self.run_dir, self.job = run_dir, spec
+        self.started = time.time()
+        self.stop_requested = threading.Event()  # set by the first Stop signal
+        self.state: str | None = None  # how it ended: None while it runs, then its final state
+        self.error: str | None = None
+        self.exit_code = 0
+
+    def write(self, state: str, **fields: Any) -> dict:
+        """Write one of the worker's states to the job's state file (merged with what is there)."""
+        return write_state(self.run_dir, self.job.status_file, self.job.worker, state, **fields)
+
+    def running(self, **fields: Any) -> dict:
+        """"running", with this process's pid and start (what liveness compares) and its start time."""
+        pid = os.getpid()
+        return self.write("running", pid=pid, **process_start(pid, "pid_"), started_at=self.started,
+                          ended_at=None, error=None, **fields)
+
+    def finish(self, state: str, **fields: Any) -> dict:
+        """The job's last word: from here a late Stop changes nothing (the job's results are written)."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_IGN)
+        self.state = state
+        return self.write(state, **fields)
+
+
+@contextlib.contextmanager
+def job_worker(run_dir: str | Path, kind: str | jobs.Job, *, announce: bool = True, graceful: bool = False,
+               main: bool = True, failure: Callable[[BaseException], str] = str,
+               ending: Callable[[], dict] = dict, **fields: Any) -> Iterator[JobWorker]:
+    """The worker's side of a job of `kind`, for its whole process: `with job_worker(run_dir, "eval") as job:`
+
+    - writes "running" with the pid and its start (and `fields`) on entering (unless `announce` is False,
+      for a worker that announces itself later with `job.running(...)`);
+    - turns SIGTERM and SIGINT into "stopped": at once (JobStopped is raised where the job is), or with
+      `graceful` by setting `job.stop_requested` for the job to stop at its next safe point (a second signal
+      then raises KeyboardInterrupt, written as stopped with "Interrupted before a clean save.");
+    - turns an exception into "failed" with `failure(exc)` as the error (a Stop re-raised by a library as
+      another exception is still a stop).
+
+    `main` is False in a worker process that is not the job's main one (a trainer rank other than 0): it
+    writes failed, never running or stopped. `ending()` gives fields for the stopped or failed state. The
+    exception is not raised again; `job.exit_code` says how it ended (0, 1 failed, 130 stopped)."""
+    spec = jobs.job(kind)
+    job = JobWorker(Path(run_dir), spec)
+
+    def on_signal(signum, frame):
+        if graceful and not job.stop_requested.is_set():
+            log.info("Stop requested (signal %d): finishing the current step, then saving.", signum)
+            job.stop_requested.set()
+            return
+        job.stop_requested.set()  # the exception may surface wrapped (inside a lazy import, a model load)
+        raise KeyboardInterrupt if graceful else JobStopped
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if announce and main:
+            job.running(**fields)
+        yield job
+    except (JobStopped, KeyboardInterrupt) as exc:
+        error = "Interrupted before a clean save." if isinstance(exc, KeyboardInterrupt) else None
+        _end(job, "stopped", error, main, ending)
+    except Exception as exc:  # noqa: BLE001 - every failure ends in the state file, said in words
+        if job.stop_requested.is_set() and not graceful:
+            _end(job, "stopped", None, main, ending)
+        else:
+            _end(job, "failed", failure(exc), True, ending)
+    finally:
+        for signum, handler in previous.items():
+            with contextlib.suppress(TypeError, ValueError):
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def _end(job: JobWorker, state: str, error: str | None, write: bool, ending: Callable[[], dict]) -> None:
+    job.state, job.error, job.exit_code = state, error, 130 if state == "stopped" else 1
+    if not write:
+        return
+    try:
+        job.write(state, error=error, ended_at=time.time(), **ending())
+    except OSError as exc:  # a full disk may refuse even this; the app then reads the dead pid as a crash
+        print(f"Could not write {job.job.status_file} ({exc}): {error or state}", file=sys.stderr, flush=True)

@@ -10,37 +10,45 @@ import hashlib
 import time
 from pathlib import Path
 
-from pipeline import runs
-from pipeline.owners import OWNER_FILE
+from pipeline import jobs, run_files, runs
+from pipeline.jobs import PUSH, TRAIN
 
 POLL_S = 1.0  # how often the page asks; a new step shows within about this (bench/chart_latency.py)
 # While the log is being written, its stamp moves at most once per this many seconds: a chatty log (a reward
 # that warns on every call) must not turn the live view back into a redraw every second. Once the log has
 # been quiet this long, its stamp is exact, so its last lines always show.
 LOG_EVERY_S = 5
-LOG_FILE = "train.log"
+LOG_FILE = run_files.TRAIN_LOG
 
 # The Train tab's parts drawn from the shown run, and the files of that run each one reads. Parts marked
 # with the trainer's state also move when a trainer dies without writing anything (SIGKILL, out of memory).
 SHOWN_PARTS = {
     # the header: state, step, time, and the run files that are damaged
-    "progress": ("config.json", runs.LAUNCHES_FILE, runs.STATUS_FILE, "metrics.jsonl", "groups.jsonl", "evals.jsonl"),
+    "progress": (run_files.CONFIG, run_files.LAUNCHES, TRAIN.status_file, run_files.METRICS, run_files.GROUPS,
+                 run_files.EVALS),
     # the charts and the health panel (its held-out trend reads the probes)
-    "charts": ("config.json", runs.LAUNCHES_FILE, "metrics.jsonl", "evals.jsonl"),
-    "groups": ("groups.jsonl",),
-    "probes": ("config.json", runs.LAUNCHES_FILE, "evals.jsonl"),
+    "charts": (run_files.CONFIG, run_files.LAUNCHES, run_files.METRICS, run_files.EVALS),
+    "groups": (run_files.GROUPS,),
+    "probes": (run_files.CONFIG, run_files.LAUNCHES, run_files.EVALS),
     "log": (LOG_FILE,),
 }
-# The Runs panel's run (its evaluation and its push, shown in the jobs box).
-ACTION_FILES = (runs.EVAL_STATUS_FILE, "eval.json", runs.PUSH_STATUS_FILE)
-# Every run's files, by the part that lists them: the runs table; the jobs box, which shows an evaluation
-# running elsewhere when the Runs panel's run has none; the Chat tab's push message, for any run's push.
-LISTED_PARTS = {
-    "runs": ("config.json", runs.STATUS_FILE, runs.LAUNCHES_FILE, "metrics.jsonl", OWNER_FILE),
-    "jobs": (runs.EVAL_STATUS_FILE,),
-    "push": (runs.PUSH_STATUS_FILE,),
-}
 PARTS = (*SHOWN_PARTS, "jobs", "runs", "push")
+
+
+def action_files() -> tuple[str, ...]:
+    """The files of the Runs panel's run that its jobs box shows: every kind of job on it but its training
+    (pipeline/jobs.py), each one's state file and results."""
+    return tuple(f for spec in jobs.JOBS.values() if not spec.run_state for f in (spec.status_file, *spec.outputs))
+
+
+def listed_parts() -> dict[str, tuple[str, ...]]:
+    """Every run's files, by the part that lists them: the runs table; the jobs box, which shows a job running
+    elsewhere when the Runs panel's run has none; the Chat tab's push message, for any run's push."""
+    return {
+        "runs": (run_files.CONFIG, TRAIN.status_file, run_files.LAUNCHES, run_files.METRICS, run_files.OWNER),
+        "jobs": tuple(spec.status_file for spec in jobs.JOBS.values() if not spec.run_state),
+        "push": (PUSH.status_file,),
+    }
 
 
 def _stamp(path: Path) -> str:
@@ -100,11 +108,12 @@ def _shown_stamps(head: str, run_dir: Path | None, state: str | None, now: float
 def _listed_stamps() -> dict[str, str]:
     """Every run folder's name and the files each listing part reads: a run that appears, goes or moves."""
     root = runs.runs_dir()
-    lines: dict[str, list[str]] = {part: [] for part in LISTED_PARTS}
+    listed = listed_parts()
+    lines: dict[str, list[str]] = {part: [] for part in listed}
     if root.is_dir():
         for run_dir in sorted(root.iterdir()):
             if run_dir.is_dir():
-                for part, names in LISTED_PARTS.items():
+                for part, names in listed.items():
                     lines[part].append(run_dir.name + "=" + ",".join(_stamp(run_dir / f) for f in names))
     return {part: _digest("|".join(found)) for part, found in lines.items()}
 
@@ -119,8 +128,8 @@ def stamps(shown: str | None, action: str | None, now: float | None = None) -> d
     action_state = shown_state if action_dir == shown_dir else _state(action_dir)
     out = _shown_stamps(shown_head, shown_dir, shown_state, now)
     listed = _listed_stamps()
-    action_files = ",".join(_stamp(action_dir / f) for f in ACTION_FILES) if action_dir is not None else ""
-    out["jobs"] = f"{action_head}{action_files};{listed['jobs']}"
+    action_stamps = ",".join(_stamp(action_dir / f) for f in action_files()) if action_dir is not None else ""
+    out["jobs"] = f"{action_head}{action_stamps};{listed['jobs']}"
     # The table shows every run's state; the two runs on screen are checked for a trainer that died silently.
     out["runs"] = f"{listed['runs']};{shown_head}{shown_state};{action_head}{action_state}"
     out["push"] = listed["push"]

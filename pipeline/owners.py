@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline import run_files
 from pipeline.jsonio import _read_json, write_json_atomic
 
-OWNER_FILE = "owner.json"
+
 
 
 @dataclass(frozen=True)
@@ -69,14 +70,14 @@ def refusal_message(run_name: str, owner: str, action: str) -> str:
 
 def run_owner(run_dir: str | Path) -> str | None:
     """The login that started the run; None when none was recorded (anyone may act on it)."""
-    user = (_read_json(Path(run_dir) / OWNER_FILE) or {}).get("user")
+    user = (_read_json(Path(run_dir) / run_files.OWNER) or {}).get("user")
     return user if isinstance(user, str) and user else None
 
 
 def record_owner(run_dir: str | Path, user: str | None) -> None:
     """Write owner.json when a run folder is created (once; a run without a login gets none)."""
     if user:
-        write_json_atomic(Path(run_dir) / OWNER_FILE, {"user": user, "created_at": time.time()})
+        write_json_atomic(Path(run_dir) / run_files.OWNER, {"user": user, "created_at": time.time()})
 
 
 def refusal(run_dir: str | Path, actor: Actor | None, action: str) -> str | None:

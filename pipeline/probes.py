@@ -20,14 +20,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from pipeline import runs
+from pipeline import run_files, runs
 from pipeline.config import RunConfig
 from pipeline.jsonio import json_number
 from pipeline.task_metrics import task_metrics
 
 log = logging.getLogger("grpo_studio.probes")
 
-PROBE_FILE = "evals.jsonl"
+PROBE_FILE = run_files.EVALS
 
 
 # ---- pure helpers ------------------------------------------------------------------------------

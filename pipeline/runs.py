@@ -1,9 +1,10 @@
 """Run directories on disk: where they live, reading back what a trainer wrote, checkpoints and the runs list.
 
 A run directory is the only thing the trainer, the evaluator and the UI share. Which file holds what,
-who writes it and when is decided in one place, docs/run-files.md. The JSON plumbing lives in
-pipeline/jsonio.py and the job state files with their owners in pipeline/jobstate.py; their names are
-re-exported here, so `runs.write_status`, `runs.read_jsonl` and the rest keep working.
+who writes it and when is decided in one place, docs/run-files.md; the files' names are in
+pipeline/run_files.py. The JSON plumbing lives in pipeline/jsonio.py and the job state files in
+pipeline/jobstate.py; the run's state and JSON helpers are re-exported here (`runs.write_status`,
+`runs.read_jsonl`).
 `snapshot(run_dir)` is what the live view reads of a run, in one call. No torch or gradio import.
 """
 
@@ -21,20 +22,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.jobstate import (  # noqa: F401 - re-exported: callers know these as runs.<name>
-    ACTIVE_STATES, DAMAGED, EVAL_LAUNCHER_FILE, EVAL_STATES, EVAL_STATUS_FILE, LAUNCHER_FILE, PUSH_LAUNCHER_FILE,
-    PUSH_STATUS_FILE, QUEUED_GRACE_S,
-    STATE_WRITERS, STATES, STATUS_FILE, _process_alive, _writer_alive, eval_active, eval_launcher_alive, launcher,
-    launcher_alive, process_create_time, process_start, push_active, read_eval_status, read_push_status, read_status,
-    write_eval_status, write_state, write_status)
-from pipeline.jsonio import (  # noqa: F401 - re-exported
-    _BAD_LINES, _json_default, _read_json, append_jsonl, file_problem, read_json, read_jsonl, unreadable_lines,
-    write_json_atomic)
+from pipeline.jobstate import busy_with, job_status
+from pipeline.jobstate import (  # noqa: F401 - re-exported: the run's state, as callers know it (runs.<name>)
+    ACTIVE_STATES, DAMAGED, launcher, launcher_alive, process_create_time, process_start, read_status, write_status)
+from pipeline.jsonio import _read_json, file_problem
+from pipeline.jsonio import (  # noqa: F401 - re-exported: the JSON files of a run
+    append_jsonl, read_json, read_jsonl, unreadable_lines, write_json_atomic)
+from pipeline import jobs, run_files
 from pipeline import owners
 from pipeline.paths import data_dir  # also imported from here by the app and the tabs
 
-CHECKPOINT_MARKER = ".complete"
-LAUNCHES_FILE = "launches.jsonl"
 
 
 # ---- locations ---------------------------------------------------------------------------------
@@ -52,7 +49,7 @@ def start_lock():
     browser tabs, the app and a script): the busy check and the launch that makes a run busy (or the check
     and the removal of a run) happen under an exclusive lock on runs/.start.lock, so two of them at the
     same moment can't both pass."""
-    with open(runs_dir() / ".start.lock", "a") as fh:
+    with open(runs_dir() / run_files.START_LOCK, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -89,25 +86,25 @@ def _last_per_step(rows: list[dict]) -> list[dict]:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    return _last_per_step(read_jsonl(Path(run_dir) / "metrics.jsonl"))
+    return _last_per_step(read_jsonl(Path(run_dir) / run_files.METRICS))
 
 
 def read_groups(run_dir: str | Path) -> list[dict]:
-    return _last_per_step(read_jsonl(Path(run_dir) / "groups.jsonl"))
+    return _last_per_step(read_jsonl(Path(run_dir) / run_files.GROUPS))
 
 
 def read_evals(run_dir: str | Path) -> list[dict]:
     """Probe lines (pipeline/probes.py) by step; a probe re-run after a resume replaces the old line."""
-    return _last_per_step(read_jsonl(Path(run_dir) / "evals.jsonl"))
+    return _last_per_step(read_jsonl(Path(run_dir) / run_files.EVALS))
 
 
 def run_problems(run_dir: str | Path, active: bool = False) -> list[str]:
     """What is wrong with a run's files, for the runs list; empty for a healthy run."""
     run_dir = Path(run_dir)
-    out = [p for p in (file_problem(run_dir / "config.json"),) if p]
-    if (run_dir / "status.json").exists() and (p := file_problem(run_dir / "status.json")):
+    out = [p for p in (file_problem(run_dir / run_files.CONFIG),) if p]
+    if (run_dir / run_files.STATUS).exists() and (p := file_problem(run_dir / run_files.STATUS)):
         out.append(p)
-    for name in ("metrics.jsonl", "groups.jsonl", "evals.jsonl"):
+    for name in (run_files.METRICS, run_files.GROUPS, run_files.EVALS):
         bad = unreadable_lines(run_dir / name, active=active)
         if bad:
             lines = ", ".join(map(str, bad[:3])) + (" ..." if len(bad) > 3 else "")
@@ -120,14 +117,14 @@ def run_problems(run_dir: str | Path, active: bool = False) -> list[str]:
 
 def read_launches(run_dir: str | Path) -> list[dict]:
     """launches.jsonl: one line per trainer start (fresh or resume), oldest first."""
-    return read_jsonl(Path(run_dir) / LAUNCHES_FILE)
+    return read_jsonl(Path(run_dir) / run_files.LAUNCHES)
 
 
 def record_launch(run_dir: str | Path, resume: bool, from_step: int, overrides: dict, argv: list[str]) -> dict:
     """Append this trainer start to the run's history (the trainer's rank 0 calls it)."""
     row = {"time": time.time(), "resume": bool(resume), "from_step": int(from_step), "overrides": dict(overrides),
            "argv": list(argv)}
-    append_jsonl(Path(run_dir) / LAUNCHES_FILE, row)
+    append_jsonl(Path(run_dir) / run_files.LAUNCHES, row)
     return row
 
 
@@ -149,11 +146,11 @@ def effective_config(run_dir: str | Path) -> dict:
     """The settings the run trains with: config.json plus the overrides in launches.jsonl ({} when
     config.json can't be read)."""
     run_dir = Path(run_dir)
-    cfg = _read_json(run_dir / "config.json")
+    cfg = _read_json(run_dir / run_files.CONFIG)
     return apply_overrides(cfg, read_launches(run_dir)) if cfg else {}
 
 
-def log_tail(run_dir: str | Path, lines: int = 40, name: str = "train.log") -> str:
+def log_tail(run_dir: str | Path, lines: int = 40, name: str = run_files.TRAIN_LOG) -> str:
     path = Path(run_dir) / name
     if not path.exists():
         return ""
@@ -212,7 +209,7 @@ class Snapshot:
 
     @functools.cached_property
     def eval_status(self) -> dict | None:
-        return read_eval_status(self.run_dir)
+        return job_status(self.run_dir, jobs.EVALUATE)
 
     def size(self, name: str) -> int:
         """A run file's size in bytes (0 when it is not there): what a tick compares to see a change."""
@@ -237,9 +234,9 @@ def snapshot(run_dir: str | Path) -> Snapshot:
 def checkpoints(run_dir: str | Path, complete_only: bool = True) -> list[Path]:
     """checkpoint-N folders sorted by step; by default only those whose save finished."""
     out = []
-    for p in Path(run_dir).glob("checkpoint-*"):
-        m = re.fullmatch(r"checkpoint-(\d+)", p.name)
-        if m and p.is_dir() and (not complete_only or (p / CHECKPOINT_MARKER).exists()):
+    for p in Path(run_dir).glob(run_files.CHECKPOINT_PREFIX + "*"):
+        m = re.fullmatch(re.escape(run_files.CHECKPOINT_PREFIX) + r"(\d+)", p.name)
+        if m and p.is_dir() and (not complete_only or (p / run_files.CHECKPOINT_MARKER).exists()):
             out.append((int(m.group(1)), p))
     return [p for _, p in sorted(out)]
 
@@ -259,7 +256,7 @@ def prune_checkpoints(run_dir: str | Path, keep: int) -> list[Path]:
         return []
     old = checkpoints(run_dir)[:-keep]
     for ckpt in old:
-        (ckpt / CHECKPOINT_MARKER).unlink(missing_ok=True)
+        (ckpt / run_files.CHECKPOINT_MARKER).unlink(missing_ok=True)
         shutil.rmtree(ckpt, ignore_errors=True)
     return old
 
@@ -347,14 +344,14 @@ def resolve_run(name: str | None) -> Path | None:
     if run_name_problem(name) is not None:
         return None
     path = (runs_dir() / name).resolve()
-    if path.parent != runs_dir() or not (path / "config.json").exists():
+    if path.parent != runs_dir() or not (path / run_files.CONFIG).exists():
         return None
     return path
 
 
 def iter_run_dirs() -> Iterator[Path]:
     for p in sorted(runs_dir().iterdir(), reverse=True):
-        if p.is_dir() and (p / "config.json").exists():
+        if p.is_dir() and (p / run_files.CONFIG).exists():
             yield p
 
 
@@ -410,10 +407,6 @@ def delete_run(run_dir: str | Path, actor: owners.Actor | None = None) -> None:
     if refusal:
         raise ValueError(refusal)
     with start_lock():
-        if read_status(run_dir).get("state") in ACTIVE_STATES:
-            raise ValueError("This run is still training: stop it first.")
-        if eval_active(run_dir):
-            raise ValueError("This run is being evaluated: wait for the evaluation or stop it first.")
-        if push_active(run_dir):
-            raise ValueError("This run is being pushed to the Hub: wait for the push or stop it first.")
+        for job in busy_with(run_dir):  # any kind of job (pipeline/jobs.py) still reading or writing it
+            raise ValueError(f"This run is {job.doing}: wait for {job.what} or stop it first.")
         shutil.rmtree(run_dir)

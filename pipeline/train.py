@@ -16,7 +16,6 @@ import argparse
 import logging
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -29,7 +28,9 @@ from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
 from pipeline.rewards import (
     GuardedReward, RewardFunctionError, build_rewards, completion_text, wait_for_reward_threads,
 )
-from pipeline import engine, runs
+from pipeline import engine, run_files, runs
+from pipeline.jobs import TRAIN
+from pipeline.jobstate import job_worker
 from pipeline.advantages import group_stats, zero_std_share
 from pipeline.jsonio import json_number as _clean  # finite float or None: what metrics lines may hold
 from pipeline.paths import keep_private
@@ -50,7 +51,7 @@ def setup_logging(run_dir: Path) -> None:
     tag = "" if rank == "0" else f"[rank {rank}] "
     fmt = logging.Formatter(f"%(asctime)s {tag}%(levelname)s %(name)s: %(message)s", "%H:%M:%S")
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    log_file = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    log_file = logging.FileHandler(run_dir / run_files.TRAIN_LOG, encoding="utf-8")
     if not is_main_rank():
         # Other ranks write their warnings and errors to the same log, tagged, so the log tail in the app
         # shows a failure wherever it happened.
@@ -175,7 +176,7 @@ def make_trainer_class():
                         # TRL's figure then asks whether the whole batch is flat; the chart means groups.
                         self._metrics["train"]["frac_reward_zero_std"] = [
                             zero_std_share(totals, self.num_generations)]
-                runs.append_jsonl(self.studio_run_dir / "groups.jsonl", record)
+                runs.append_jsonl(self.studio_run_dir / run_files.GROUPS, record)
             super().log(logs, start_time)
 
         def _studio_groups(self) -> dict:
@@ -268,14 +269,14 @@ def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not state.is_world_process_zero or not logs or "reward" not in logs:
                 return
-            runs.append_jsonl(run_dir / "metrics.jsonl", metrics_row(logs, state, clock, guards, weights))
+            runs.append_jsonl(run_dir / run_files.METRICS, metrics_row(logs, state, clock, guards, weights))
             runs.write_status(run_dir, "running", step=state.global_step, max_steps=state.max_steps)
 
         def on_save(self, args, state, control, **kwargs):
             if state.is_world_process_zero:
-                ckpt = run_dir / f"checkpoint-{state.global_step}"
+                ckpt = run_files.checkpoint(run_dir, state.global_step)
                 if ckpt.is_dir():
-                    (ckpt / runs.CHECKPOINT_MARKER).write_text(str(time.time()))
+                    (ckpt / run_files.CHECKPOINT_MARKER).write_text(str(time.time()))
                     # Only now that the new one is complete may an older one go (see save_total_limit).
                     runs.prune_checkpoints(run_dir, keep_checkpoints)
 
@@ -429,7 +430,7 @@ def grpo_args(cfg: RunConfig, run_dir: Path, device: str, precision: str):
 def load_or_create_config(run_dir: Path, steps: int | None) -> tuple[RunConfig, dict]:
     """The effective config (config.json + the overrides recorded in launches.jsonl + this start's) and
     this start's overrides. config.json is written here only when absent (a headless first start)."""
-    path = run_dir / "config.json"
+    path = run_dir / run_files.CONFIG
     if path.exists():
         cfg = RunConfig.load(path)
     else:
@@ -471,13 +472,12 @@ def merge_adapter(model, tokenizer, out_dir: Path, base_path: str | None = None,
 
 
 def record_start(run_dir: Path, cfg: RunConfig, resume: bool, overrides: dict) -> None:
-    """The launch record and the "running" status, written by rank 0 once the config is valid (so a bad
-    override such as --steps -1 never sticks to later resumes)."""
+    """The launch record and the step count in the "running" status (the job's context wrote "running" with
+    the pid), written by rank 0 once the config is valid (so a bad override such as --steps -1 never sticks
+    to later resumes)."""
     start = runs.last_complete_checkpoint(run_dir) if resume else None
     runs.record_launch(run_dir, resume, runs.checkpoint_step(start) if start else 0, overrides, sys.argv)
-    runs.write_status(run_dir, "running", pid=os.getpid(), **runs.process_start(os.getpid(), "pid_"),
-                      started_at=time.time(), ended_at=None, error=None, step=0, max_steps=cfg.max_steps,
-                      command=sys.argv)
+    runs.write_status(run_dir, "running", step=0, max_steps=cfg.max_steps)
 
 
 def set_up_runtime(cfg: RunConfig, run_dir: Path, main: bool) -> tuple[str, str]:
@@ -496,7 +496,7 @@ def set_up_runtime(cfg: RunConfig, run_dir: Path, main: bool) -> tuple[str, str]
     if warning:
         log.warning(warning)
     if cfg.report_to == "tensorboard":
-        os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run_dir / "tensorboard"))
+        os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run_dir / run_files.TENSORBOARD))
     # One team of threads per core, split between ranks; an explicit OMP_NUM_THREADS wins (benchmarks set it).
     threads = os.environ.get("OMP_NUM_THREADS", "")
     torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0
@@ -524,7 +524,7 @@ def load_prompts(cfg: RunConfig, tokenizer, run_dir: Path, main: bool) -> tuple[
                                   cfg.dataset.source)
     log.info("%d training prompts, %d held out for evaluation", len(train_rows), len(eval_rows))
     if main:
-        runs.write_json_atomic(run_dir / "eval_prompts.json", eval_rows)
+        runs.write_json_atomic(run_dir / run_files.EVAL_PROMPTS, eval_rows)
     return train_rows, eval_rows, longest
 
 
@@ -603,15 +603,15 @@ def save_and_merge(trainer, tokenizer, cfg: RunConfig, run_dir: Path, model_path
                    state: str) -> None:
     """Rank 0: the adapter, the merged model for chat (when asked), and the final status."""
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-    unwrapped.save_pretrained(run_dir / "adapter")
-    tokenizer.save_pretrained(run_dir / "adapter")
+    unwrapped.save_pretrained(run_dir / run_files.ADAPTER)
+    tokenizer.save_pretrained(run_dir / run_files.ADAPTER)
     if cfg.merge_at_end:
         log.info("Merging the adapter into the base model...")
         if cfg.load_in_4bit:
-            merge_adapter(unwrapped, tokenizer, run_dir / "merged", base_path=model_path,
+            merge_adapter(unwrapped, tokenizer, run_dir / run_files.MERGED, base_path=model_path,
                           dtype=model_load_kwargs(cfg, precision, "cpu")["dtype"])
         else:
-            merge_adapter(unwrapped, tokenizer, run_dir / "merged")
+            merge_adapter(unwrapped, tokenizer, run_dir / run_files.MERGED)
     metrics = runs.read_metrics(run_dir)
     runs.write_status(run_dir, state, step=trainer.state.global_step, ended_at=time.time(),
                       final_reward=metrics[-1].get("reward") if metrics else None)
@@ -693,19 +693,14 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(args.run_dir).expanduser().resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(run_dir)
-    stop_event = threading.Event()
-
-    def request_stop(signum, frame):
-        if stop_event.is_set():  # a second signal means "now"
-            raise KeyboardInterrupt
-        log.info("Stop requested (signal %d): finishing the current step, then saving.", signum)
-        stop_event.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
     code = 1
     try:
-        code = train_and_report(run_dir, args, stop_event)
+        # status.json: running (rank 0), then finished or stopped (save_and_merge), stopped on a second Stop
+        # signal, or failed with the reason (any rank). A Stop signal finishes the current step, then saves.
+        with job_worker(run_dir, TRAIN, graceful=True, main=is_main_rank(), failure=lambda exc: failure(run_dir, exc),
+                        command=sys.argv) as job:
+            run_training(run_dir, args.steps, args.resume, args.allow_custom_rewards, job.stop_requested)
+        code = job.exit_code
         return code
     finally:
         end_child_processes()
@@ -727,39 +722,32 @@ def end_child_processes(grace_s: float = 3.0) -> list[str]:
     return ended
 
 
-def train_and_report(run_dir: Path, args, stop_event: threading.Event) -> int:
-    """Train; every way it can end is written to status.json. Returns the exit code."""
-    try:
-        run_training(run_dir, args.steps, args.resume, args.allow_custom_rewards, stop_event)
-        return 0
-    except (ConfigError, DatasetError, RewardFunctionError) as exc:
-        message = str(exc)
-    except KeyboardInterrupt:
-        if is_main_rank():
-            runs.write_status(run_dir, "stopped", ended_at=time.time(), error="Interrupted before a clean save.")
-        return 130
-    except Exception as exc:  # noqa: BLE001 - every failure ends in status.json, with the traceback in the log
-        from pipeline.models import ModelError, is_out_of_memory, out_of_memory_message
+def failure(run_dir: Path, exc: BaseException) -> str:
+    """What status.json says when training fails: the reason in words (a full disk, out of memory, a bad
+    setting), with the traceback in the log. Any rank's failure ends the run with its real message: rank 0
+    may be waiting for this rank in a collective and never get to say why."""
+    from pipeline.models import ModelError, is_out_of_memory, out_of_memory_message
 
-        if runs.is_disk_full(exc):
-            message = runs.disk_full_message(run_dir, exc)
-        elif is_out_of_memory(exc):
-            message = out_of_memory_message(
-                "training", "Try a smaller group size G or batch, shorter completions (max completion tokens), "
-                "a smaller model, or a GPU with bf16. Resume continues from the last complete checkpoint.")
-        else:
-            message = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
-        log.error("Training failed:\n%s", traceback.format_exc())
+    if isinstance(exc, (ConfigError, DatasetError, RewardFunctionError)):  # said in words: no traceback needed
+        message = str(exc)
+        log.error("Run failed: %s", message)
+        return _ranked(message)
+    log.error("Training failed:\n%s", "".join(traceback.format_exception(exc)))
+    if runs.is_disk_full(exc):
+        message = runs.disk_full_message(run_dir, exc)
+    elif is_out_of_memory(exc):
+        message = out_of_memory_message(
+            "training", "Try a smaller group size G or batch, shorter completions (max completion tokens), "
+            "a smaller model, or a GPU with bf16. Resume continues from the last complete checkpoint.")
+    else:
+        message = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
     log.error("Run failed: %s", message)
+    return _ranked(message)
+
+
+def _ranked(message: str) -> str:
     rank = os.environ.get("RANK", "0")
-    # Any rank's failure ends the run with its real message: rank 0 may be waiting for this rank in a
-    # collective and never get to say why.
-    try:
-        runs.write_status(run_dir, "failed", error=message if rank == "0" else f"Rank {rank}: {message}",
-                          ended_at=time.time())
-    except OSError as exc:  # a full disk may refuse even this; the app then reads the dead pid as a crash
-        print(f"Could not write status.json ({exc}): {message}", file=sys.stderr, flush=True)
-    return 1
+    return message if rank == "0" else f"Rank {rank}: {message}"
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from pipeline import export, runner, runs
+from pipeline import export, run_files, runner, runs
 from pipeline.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.generate import (
     ChatModelError, ModelCache, ModelChoice, chat_choices, error_reply, is_error_reply, run_for_choice, stream_chat,
@@ -49,7 +49,7 @@ def rewards_for(choice: str) -> tuple[list, str]:
     except ChatModelError:
         run_dir = None
     if run_dir is not None:
-        return RunConfig.load(run_dir / "config.json").rewards, f"rewards of {run_dir.name}"
+        return RunConfig.load(run_dir / run_files.CONFIG).rewards, f"rewards of {run_dir.name}"
     return RunConfig().rewards, "default rewards (length_target + token_diversity)"
 
 
@@ -149,7 +149,7 @@ def export_run(choice: str, operators=(), request: gr.Request = None, progress=g
     try:
         run_dir = export.exportable(run_for_choice(choice))
         files = export.export_zips(
-            run_dir, lambda part: progress(0.2 if part == "merged" else 0.8, desc=f"Zipping {part}/"),
+            run_dir, lambda part: progress(0.2 if part == run_files.MERGED else 0.8, desc=f"Zipping {part}/"),
             actor=acting(request, operators))
     except ChatModelError as exc:
         return None, f"⚠️ {exc}", ""
@@ -177,7 +177,7 @@ def push_to_hub(choice: str, repo_id: str, token: str, operators=(), request: gr
         return f"⚠️ {not_yours}"
     try:
         require_hub(f"repository '{repo_id}'", "Export the zip instead and upload it from a connected machine.")
-        runner.start_push(run_dir, repo_id, token, actor=actor)
+        runner.start("push", run_dir, actor=actor, repo_id=repo_id, token=token)
     except (HubUnreachable, RuntimeError, OSError) as exc:  # RunnerError says why
         return f"⚠️ {exc}"
     return f"⏫ Pushing **{run_dir.name}** to `{repo_id.strip()}`..."

@@ -15,7 +15,8 @@ from typing import Any
 
 import gradio as gr
 
-from pipeline import live, runner, runs
+from pipeline import live, run_files, runner, runs
+from pipeline.jobs import EVAL_LIMIT
 from pipeline.config import PRESETS, BUNDLED_MODEL_ID, ConfigError, RunConfig, apply_preset
 from pipeline.data import DatasetError, load_rows, read_table
 from pipeline.models import catalog_choices, check_processes, gpu_count
@@ -174,13 +175,13 @@ def show_command(allow_custom: bool, nproc, **form):
     except ConfigError as exc:
         return f"# {exc}"
     placeholder = runs.runs_dir() / "NEW-RUN"
-    single = runner.command_preview(runner.train_command(placeholder, allow_custom_rewards=allow_custom,
-                                                         python=".venv/bin/python"), gpus=gpu_count())
-    multi = runner.command_preview(runner.train_command(placeholder, nproc=max(int(nproc or 1), 2),
-                                                        allow_custom_rewards=allow_custom, python=".venv/bin/python"))
+    single = runner.command_preview(runner.command("train", placeholder, allow_custom_rewards=allow_custom,
+                                                   python=".venv/bin/python"), gpus=gpu_count())
+    multi = runner.command_preview(runner.command("train", placeholder, nproc=max(int(nproc or 1), 2),
+                                                  allow_custom_rewards=allow_custom, python=".venv/bin/python"))
     summary = (f"# {cfg.max_steps} steps, G={cfg.num_generations}, {cfg.max_completion_length} completion tokens, "
                f"rewards: {', '.join(r.name for r in cfg.rewards) or 'none'}")
-    return (f"{summary}\n# 1. save this as {placeholder}/config.json\n# 2. run it headless:\n{single}\n"
+    return (f"{summary}\n# 1. save this as {placeholder / run_files.CONFIG}\n# 2. run it headless:\n{single}\n"
             f"# ...or on 2 processes / GPUs:\n{multi}\n\n# config.json\n{cfg.to_json()}")
 
 
@@ -191,8 +192,8 @@ def start_training(allow_custom: bool, nproc, request: gr.Request = None, **form
         label = Path(cfg.model).name.replace("SmolLM2-135M-Instruct", "smollm2") + "-" + cfg.dataset.source
         # More than one process: the same entry point under torchrun, one rank per GPU. The run is the
         # logged-in user's (no one's without a login).
-        run_dir = runner.start_run(cfg, label=label, nproc=processes, allow_custom_rewards=allow_custom,
-                                   actor=acting(request))
+        run_dir = runner.start("train", cfg=cfg, label=label, nproc=processes, allow_custom_rewards=allow_custom,
+                               actor=acting(request))
     except (ConfigError, runner.RunnerError, OSError, ValueError) as exc:
         return gr.Dropdown(), f"❌ {exc}"
     free_gpu_for_training()
@@ -217,7 +218,7 @@ def stop_training(run_name: str | None, operators=(), request: gr.Request = None
     if path is None:
         return "Pick a run to stop."
     try:
-        stopped = runner.stop_run(path, actor=acting(request, operators))
+        stopped = runner.stop("train", path, actor=acting(request, operators))
     except runner.RunnerError as exc:  # another user's run
         return f"❌ {exc}"
     if stopped:
@@ -370,7 +371,7 @@ def resume_training(name: str | None, allow_custom: bool, operators=(), request:
     if path is None:
         return gr.Dropdown(), "Pick a run to resume."
     try:
-        runner.resume_run(path, allow_custom_rewards=allow_custom, actor=acting(request, operators))
+        runner.start("train", path, resume=True, allow_custom_rewards=allow_custom, actor=acting(request, operators))
     except runner.RunnerError as exc:
         return gr.Dropdown(), f"❌ {exc}"
     free_gpu_for_training()
@@ -384,11 +385,11 @@ def evaluate_run(name: str | None, operators=(), request: gr.Request = None):
     if path is None:
         return "Pick a finished run to evaluate."
     try:
-        runner.start_eval(path, actor=acting(request, operators))
+        runner.start("eval", path, actor=acting(request, operators))
     except (RuntimeError, OSError) as exc:  # RunnerError says why; a full disk or a racing launch too
         return f"❌ {exc}"
     free_gpu_for_training()  # the evaluator loads the base and tuned models on the same GPU
-    return (f"▶ Evaluating **{name}** on up to {runner.EVAL_LIMIT} held-out prompts (greedy, base then tuned); "
+    return (f"▶ Evaluating **{name}** on up to {EVAL_LIMIT} held-out prompts (greedy, base then tuned); "
             "progress shows below.")
 
 
@@ -418,12 +419,12 @@ def eval_view(name: str | None) -> str:
     running elsewhere), read from eval_status.json and eval.json, then its push to the Hub (push_status.json),
     when it has one."""
     path = pushed = run_path(name)  # `path` may become a run evaluated elsewhere; the push is the shown run's
-    status = runs.read_eval_status(path) if path is not None else None
-    if status is None and (active := runner.active_evals()):
-        path, status = active[0], runs.read_eval_status(active[0])
-    result_file = path / "eval.json" if path is not None else None
+    status = runner.status("eval", path) if path is not None else None
+    if status is None and (active := runner.active("eval")):
+        path, status = active[0], runner.status("eval", active[0])
+    result_file = path / run_files.EVAL_RESULT if path is not None else None
     state = (status or {}).get("state")
-    push_line = views.push_markdown(pushed.name, runs.read_push_status(pushed)) if pushed is not None else None
+    push_line = views.push_markdown(pushed.name, runner.status("push", pushed)) if pushed is not None else None
     if path is None or (status is None and not result_file.exists()):
         return push_line or ""
     result = None

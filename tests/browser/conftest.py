@@ -55,7 +55,7 @@ def page(browser):
 
     active = runner.active_run()
     if active is not None:
-        runner.stop_run(active, grace_s=120)
+        runner.stop("train", active, grace_s=120)
 
 
 def open_settings(page, timeout_s: float = 60.0):

@@ -106,8 +106,7 @@ def test_second_start_while_training_is_refused(page, app_url):
     deadline = time.time() + 120
     while time.time() < deadline and runner.busy_run() is not None:
         time.sleep(0.5)
-    busy = runner.start_run(RunConfig(max_steps=50, batch_size=4, max_completion_length=16, probe_every=0),
-                            label="busy")
+    busy = runner.start("train", cfg=RunConfig(max_steps=50, batch_size=4, max_completion_length=16, probe_every=0), label="busy")
     try:
         before = len(list(runs.iter_run_dirs()))
         page.goto(app_url)
@@ -120,5 +119,5 @@ def test_second_start_while_training_is_refused(page, app_url):
         expect(page.locator("#train-message")).to_contain_text("Stop requested", timeout=30_000)
         shot(page, "train-06-refused-and-stopped")
     finally:
-        runner.stop_run(busy, grace_s=120)
+        runner.stop("train", busy, grace_s=120)
     assert runs.read_status(busy)["state"] in ("stopped", "failed")

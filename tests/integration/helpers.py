@@ -143,3 +143,18 @@ def start_inputs(cfg: RunConfig) -> list:
     form.pop("signal_prompts")
     form["rewards"] = {"headers": REWARD_COLUMNS, "data": form["rewards"]}
     return [1, *form.values()]
+
+
+def stand_in(monkeypatch, kind: str, make_command) -> None:
+    """Launch `make_command(run_dir, **options)` (a stand-in process) where runner.start would run the real worker
+    of `kind`; the launcher's code around it (lock, state files, launcher record, Stop) stays the real one."""
+    from pipeline import runner
+
+    real = runner.command
+
+    def command(asked: str, run_dir, nproc: int = 1, python=None, **options):
+        if asked == kind:
+            return make_command(run_dir, **options)
+        return real(asked, run_dir, nproc=nproc, python=python, **options)
+
+    monkeypatch.setattr(runner, "command", command)

@@ -230,7 +230,7 @@ def test_two_browser_sessions_press_start_together(client, bundled_model_dir, mo
         assert {p for p in runs.runs_dir().iterdir() if p.is_dir()} - before == {runs.runs_dir() / started[0]}
     finally:
         for name in started:
-            runner.stop_run(runs.runs_dir() / name, grace_s=120)
+            runner.stop("train", runs.runs_dir() / name, grace_s=120)
 
 
 def _changed_everywhere() -> RunConfig:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from pipeline import runs
+from pipeline import run_files, runs
 
 from .helpers import ROOT, make_run, run, status
 
@@ -104,7 +104,7 @@ def test_chat_refuses_a_real_checkpoint_that_was_never_marked_complete(resumed_r
     run_dir, _, _ = resumed_run
     unmarked = run_dir / "checkpoint-3"
     shutil.copytree(run_dir / "checkpoint-2", unmarked)
-    (unmarked / runs.CHECKPOINT_MARKER).unlink()
+    (unmarked / run_files.CHECKPOINT_MARKER).unlink()
     assert (unmarked / "adapter_model.safetensors").stat().st_size > 0
     try:
         with pytest.raises(ChatModelError, match=rf"^Checkpoint 3 of '{run_dir.name}' is missing or incomplete\.$"):

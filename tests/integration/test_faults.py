@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pipeline import runs
+from pipeline import run_files, runs
 from pipeline.config import RewardSpec
 
 from .helpers import ROOT, make_run, run, start, status, wait_for
@@ -95,7 +95,7 @@ def test_sigkill_during_a_checkpoint_save_reads_as_failed_and_resume_skips_every
         time.sleep(0.005)
     proc.wait(timeout=30)
     assert caught is not None, "never saw a checkpoint being written"
-    assert not (caught / runs.CHECKPOINT_MARKER).exists()
+    assert not (caught / run_files.CHECKPOINT_MARKER).exists()
     st = status(run_dir)
     assert st["state"] == "failed" and st.get("crashed") and "exited without reporting" in st["error"], st
     assert runs.log_tail(run_dir, 5).strip()  # the log tail the UI shows next to the error
@@ -115,7 +115,7 @@ def test_sigkill_during_a_checkpoint_save_reads_as_failed_and_resume_skips_every
     proc = run(run_dir, "--resume", "--steps", str(resume_step + 1))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert status(run_dir)["state"] == "finished"
-    assert not caught.exists() or (caught / runs.CHECKPOINT_MARKER).exists()
+    assert not caught.exists() or (caught / run_files.CHECKPOINT_MARKER).exists()
     assert not partial.exists()
     assert f"Resuming from checkpoint-{resume_step}" in (run_dir / "train.log").read_text()
     rows = runs.read_metrics(run_dir)
@@ -218,7 +218,7 @@ def test_two_starts_at_the_same_moment_start_one_run(bundled_model_dir, monkeypa
     def press_start(i: int):
         barrier.wait()
         try:
-            results.append(runner.start_run(RunConfig(**{**QUICK, "max_steps": 50}), label=f"race-{i}"))
+            results.append(runner.start("train", cfg=RunConfig(**{**QUICK, "max_steps": 50}), label=f"race-{i}"))
         except runner.RunnerError as exc:
             results.append(exc)
 
@@ -236,7 +236,7 @@ def test_two_starts_at_the_same_moment_start_one_run(bundled_model_dir, monkeypa
         assert {p for p in new if p.is_dir()} == {started[0]}, new
     finally:
         for run_dir in started:
-            runner.stop_run(run_dir, grace_s=120)
+            runner.stop("train", run_dir, grace_s=120)
     deadline = time.time() + 60
     while time.time() < deadline and runner.busy_run():
         time.sleep(0.5)

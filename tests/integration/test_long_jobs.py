@@ -3,7 +3,7 @@ the Runs panel follows, and the reward bench samples through the app's one model
 
 import pytest
 
-from pipeline import runs
+from pipeline import runner, runs
 from pipeline.config import BUNDLED_MODEL_ID
 
 from .helpers import evaluable_run, serve_app, value_of, wait_for
@@ -37,7 +37,7 @@ def test_evaluate_returns_at_once_and_the_runs_panel_follows_the_job(app, bundle
     message = client.predict(run_dir.name, api_name="/evaluate_run")
     assert "Evaluating" in str(value_of(message)), message
     # The handler has returned while the job is still under way: it started a process, it did not wait.
-    assert runs.read_eval_status(run_dir)["state"] in ("queued", "running")
+    assert runner.status("eval", run_dir)["state"] in ("queued", "running")
     assert not (run_dir / "eval.json").exists()
 
     seen = []
@@ -50,7 +50,7 @@ def test_evaluate_returns_at_once_and_the_runs_panel_follows_the_job(app, bundle
     wait_for(finished, 600, "the evaluation's result in the Runs panel")
     assert any("Evaluating" in t and "answers" in t for t in seen), seen  # progress was shown on the way
     result = runs.read_json(run_dir / "eval.json")
-    status = runs.read_eval_status(run_dir)
+    status = runner.status("eval", run_dir)
     assert status["state"] == "done" and status["done"] == status["total"] == 2 * result["n"]
     assert result["n"] == len(result["samples"]) == 3
     # The "tuned" model is the base model: greedy answers, and so every total, are the same.
@@ -65,12 +65,12 @@ def test_stop_ends_the_evaluation_and_says_so(app, bundled_model_dir):
     run_dir = evaluable_run("eval-stop", bundled_model_dir)
     offer_runs(client)
     client.predict(run_dir.name, api_name="/evaluate_run")
-    wait_for(lambda: runs.read_eval_status(run_dir)["state"] == "running", 120, "the evaluator to start")
+    wait_for(lambda: runner.status("eval", run_dir)["state"] == "running", 120, "the evaluator to start")
     assert "Stop requested" in str(value_of(client.predict(run_dir.name, api_name="/stop_evaluation")))
-    wait_for(lambda: runs.read_eval_status(run_dir)["state"] != "running", 60, "the evaluation to stop")
-    status = runs.read_eval_status(run_dir)
+    wait_for(lambda: runner.status("eval", run_dir)["state"] != "running", 60, "the evaluation to stop")
+    status = runner.status("eval", run_dir)
     assert status["state"] == "stopped" and not status.get("crashed"), status
-    wait_for(lambda: not runs.eval_launcher_alive(run_dir), 30, "the evaluator process to exit")
+    wait_for(lambda: not runner.launcher_alive("eval", run_dir), 30, "the evaluator process to exit")
     assert not (run_dir / "eval.json").exists()
     assert "was stopped" in view(client, run_dir.name)
 

@@ -116,4 +116,4 @@ def test_app_killed_with_its_process_group_the_trainer_survives(bundled_model_di
         if run_dir is not None and runs.read_status(run_dir)["state"] in runs.ACTIVE_STATES:
             from pipeline import runner
 
-            runner.stop_run(run_dir, grace_s=300)
+            runner.stop("train", run_dir, grace_s=300)

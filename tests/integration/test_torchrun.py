@@ -23,7 +23,7 @@ def test_two_cpu_ranks_train_then_stop_reaches_every_rank_and_the_next_run_start
     from .helpers import QUICK, wait_for
 
     cfg = RunConfig(**{**QUICK, "max_steps": 50, "max_completion_length": 16, "merge_at_end": True})
-    run_dir = runner.start_run(cfg, label="torchrun-stop", nproc=2)
+    run_dir = runner.start("train", cfg=cfg, label="torchrun-stop", nproc=2)
     wait_for(lambda: (runs.read_metrics(run_dir) or [{}])[-1].get("step", 0) >= 1, 900, "a first step")
     launcher = psutil.Process(runs.launcher(run_dir)["pid"])
     procs = [launcher, *launcher.children(recursive=True)]
@@ -31,7 +31,7 @@ def test_two_cpu_ranks_train_then_stop_reaches_every_rank_and_the_next_run_start
     assert len(ranks) >= 2, [p.cmdline() for p in procs]
     assert len({os.getsid(p.pid) for p in ranks}) == 2  # each rank in its own session, as torch 2.13 starts them
 
-    assert runner.stop_run(run_dir)
+    assert runner.stop("train", run_dir)
     gone, alive = psutil.wait_procs(procs, timeout=600)
     # The launcher got the Stop and passed it on (it logs the signal), not rank 0 alone.
     assert "SIGTERM" in (run_dir / "stdout.log").read_text(errors="replace")
@@ -51,9 +51,9 @@ def test_two_cpu_ranks_train_then_stop_reaches_every_rank_and_the_next_run_start
     assert steps and all(len(step["groups"]) == 2 for step in steps), [len(s["groups"]) for s in steps]
     assert [r["step"] for r in runs.read_metrics(run_dir)] == list(range(1, st["step"] + 1))
 
-    nxt = runner.start_run(RunConfig(**{**QUICK, "max_steps": 1}), label="after-stop")
+    nxt = runner.start("train", cfg=RunConfig(**{**QUICK, "max_steps": 1}), label="after-stop")
     assert runs.read_status(nxt)["state"] in runs.ACTIVE_STATES
-    runner.stop_run(nxt, grace_s=300)
+    runner.stop("train", nxt, grace_s=300)
 
 
 def test_a_failure_on_rank_1_reaches_the_status_and_the_log_and_stop_ends_the_rest(bundled_model_dir):
@@ -73,7 +73,7 @@ def test_a_failure_on_rank_1_reaches_the_status_and_the_log_and_stop_ends_the_re
             "    return [0.0 for _ in completions]\n")
     cfg = RunConfig(**{**QUICK, "max_steps": 3, "max_completion_length": 8, "probe_every": 0,
                        "rewards": [RewardSpec("custom_python", 1.0, {"code": code})]})
-    run_dir = runner.start_run(cfg, label="rank1-fails", nproc=2, allow_custom_rewards=True)
+    run_dir = runner.start("train", cfg=cfg, label="rank1-fails", nproc=2, allow_custom_rewards=True)
     st = wait_for(lambda: (s := runs.read_status(run_dir))["state"] == "failed" and s, 900, "the failed status")
     assert st["error"].startswith("Rank 1: ") and "only rank 1 cannot score this" in st["error"], st
     assert not st.get("crashed")
@@ -83,7 +83,7 @@ def test_a_failure_on_rank_1_reaches_the_status_and_the_log_and_stop_ends_the_re
     launcher = psutil.Process(runs.launcher(run_dir)["pid"])
     procs = [launcher, *launcher.children(recursive=True)]
     if runs.launcher_alive(run_dir):  # rank 0 still waiting for rank 1: Stop ends it
-        assert runner.stop_run(run_dir)
+        assert runner.stop("train", run_dir)
     gone, alive = psutil.wait_procs(procs, timeout=60)
     assert not alive, [p.cmdline() for p in alive]
     assert runner.busy_run() is None

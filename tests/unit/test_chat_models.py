@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from pipeline import generate, runs
+from pipeline import generate, run_files, runs
 from pipeline.generate import ChatModelError, ModelCache, chat_choices, run_for_choice
 from ui.chat import content_text
 
@@ -46,7 +46,7 @@ def _run(name, merged=False, checkpoint=None, state="running"):
     if checkpoint:
         ckpt = run_dir / f"checkpoint-{checkpoint}"
         ckpt.mkdir(exist_ok=True)
-        (ckpt / runs.CHECKPOINT_MARKER).write_text("x")
+        (ckpt / run_files.CHECKPOINT_MARKER).write_text("x")
     return run_dir
 
 

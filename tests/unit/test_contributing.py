@@ -13,7 +13,7 @@ FILE_IN_TEXT = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:py|jsonl|css|md|
 FOLDER_IN_TEXT = re.compile(r"(?<![\w/.-])((?:[\w-]+/)+)(?=[\s,;)]|$)")
 # `ui/views.py: CHARTS`, `app.py: tab_builders()`, `pipeline/config.py:RunConfig`
 POINTER = re.compile(r"`((?:[\w-]+/)*[\w-]+\.py): ?([A-Za-z_]\w*)")
-# `jobstate.write_state`, `runner.register(Job(...))`: a module of ours and a name in it
+# `jobstate.write_state`, `jobs.declare(Job(...))`: a module of ours and a name in it
 MODULE_NAME = re.compile(r"`([a-z_]+)\.([A-Za-z_]\w*)")
 # `tests/unit/test_job_kinds.py`, `pipeline/rewards/`, `bench/rag_relevance.py`
 BACKTICKED_PATH = re.compile(r"`((?:[\w-]+/)+(?:[\w-]+\.\w+)?)[`:]")

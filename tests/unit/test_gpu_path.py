@@ -137,8 +137,7 @@ def gpu_handlers(monkeypatch, tmp_path):
     released = []
     monkeypatch.setattr(ui.train, "gpu_count", lambda: 1)
     monkeypatch.setattr(ui.train, "run_path", lambda name: tmp_path)
-    monkeypatch.setattr(ui.train.runner, "resume_run", lambda *a, **k: None)
-    monkeypatch.setattr(ui.train.runner, "start_eval", lambda *a, **k: None)
+    monkeypatch.setattr(ui.train.runner, "start", lambda *a, **k: None)  # resume and evaluate launch nothing
     monkeypatch.setattr(pipeline.generate, "release_models", lambda: released.append("chat models"))
     monkeypatch.setattr(retrieval.embedder, "release_embedders", lambda: released.append("embedders"))
     return ui.train, released

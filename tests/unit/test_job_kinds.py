@@ -1,98 +1,128 @@
-"""A new kind of long job through the shared code: a fake kind is declared (a tiny python -c command that
-writes its own state file), and starts, reports and stops through runner.start / runner.stop with the
-start lock, the owner rules and the dead-writer check that trainings and evaluations get."""
+"""A new kind of long job in two files, as CONTRIBUTING.md's recipe says: a declaration module and a worker module,
+both written here into a folder on the import path. The declaration is all the launcher learns of it; the
+worker's own process imports the same declaration and runs inside jobstate.job_worker. Through runner.start /
+runner.stop the kind gets the start lock, one job per run, its owners' states, the Delete guard, the live
+view's files and the dead-writer check that trainings and evaluations get; nothing is patched in."""
 
 import subprocess
 import sys
 
 import pytest
 
-from pipeline import jobstate, runner, runs
+from pipeline import jobs, jobstate, live, run_files, runner, runs
 from tests.integration.helpers import poll as _wait
 
-STATUS = "fake_status.json"
-OWNERS = ("running", "done", "failed", "stopped")
+DECLARATION = '''"""The fake job's declaration: what runs, its files and who writes which state."""
+from pipeline.jobs import Job, Option, declare
+
+FAKE = declare(Job(
+    kind="fake", what="the fake job", module="fake_job_worker", status_file="fake_status.json",
+    launcher_file="fake_launcher.json", log_file="fake.log", worker="faker",
+    worker_states=("running", "done", "failed", "stopped"), options=(Option("seconds", float, 30.0, "--seconds"),),
+    doing="running a fake job", busy="already has a fake job running.",
+))
+'''
+
+WORKER = '''"""The fake job's worker: says it runs, waits, and is done; a Stop makes it stopped."""
+import argparse
+import sys
+import time
+
+from fake_job_kind import FAKE
+from pipeline.jobstate import job_worker
 
 
-def _fake_worker(run_dir, seconds=30, report=True):
-    """The kind's entry point: declares its owner row in its own process, says it runs, obeys SIGTERM."""
-    code = (
-        "import os, signal, sys, time\n"
-        "from pipeline import jobstate\n"
-        f"jobstate.STATE_WRITERS[({STATUS!r}, 'faker')] = {OWNERS!r}\n"
-        f"d = {str(run_dir)!r}\n"
-        "write = lambda state, **kw: jobstate.write_state(d, " + repr(STATUS) + ", 'faker', state, **kw)\n"
-        "write('running', pid=os.getpid(), pid_create_time=jobstate.process_create_time(os.getpid()))\n"
-        "print('fake job running', flush=True)\n"
-        + ("signal.signal(signal.SIGTERM, lambda *a: (write('stopped'), sys.exit(0)))\n" if report else "")
-        + f"time.sleep({seconds})\n"
-        "write('done')\n"
-    )
-    return [sys.executable, "-c", code]
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    with job_worker(args.run_dir, FAKE, seconds=args.seconds) as job:
+        print("fake job running", flush=True)
+        time.sleep(args.seconds)
+        job.finish("done")
+    return job.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
 
 
 @pytest.fixture
 def fake_kind(tmp_path, monkeypatch):
-    """A data directory of its own, and a 'fake' kind registered for this test only."""
-    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
-    monkeypatch.setattr(runner, "JOBS", dict(runner.JOBS))
-    monkeypatch.setattr(jobstate, "STATE_WRITERS", dict(jobstate.STATE_WRITERS))
-    commands = {"seconds": 30, "report": True}
-    spec = runner.register(runner.Job(
-        kind="fake", what="the fake job", status_file=STATUS, launcher_file="fake_launcher.json",
-        log_file="fake.log", worker="faker", worker_states=OWNERS,
-        busy="already has a fake job running.",
-        command=lambda run_dir, **_: _fake_worker(run_dir, **commands)))
+    """The two files in a folder on the import path (this process's and the worker's), a data directory of
+    its own and a run folder."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "fake_job_kind.py").write_text(DECLARATION)
+    (code / "fake_job_worker.py").write_text(WORKER)
+    monkeypatch.syspath_prepend(str(code))
+    monkeypatch.setenv("PYTHONPATH", str(code))
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path / "data"))
+    import fake_job_kind
+
     run_dir = runs.new_run_dir("fake")
-    runs.write_json_atomic(run_dir / "config.json", {})
-    return spec, run_dir, commands
+    runs.write_json_atomic(run_dir / run_files.CONFIG, {})
+    try:
+        yield fake_job_kind.FAKE, run_dir
+    finally:  # the next test imports the declaration afresh
+        jobs.JOBS.pop("fake", None)
+        sys.modules.pop("fake_job_kind", None)
 
 
 def test_a_new_kind_starts_reports_and_stops_through_the_shared_code(fake_kind):
-    spec, run_dir, _ = fake_kind
+    spec, run_dir = fake_kind
     assert runner.status("fake", run_dir) is None  # never ran
     assert runner.start("fake", run_dir) == run_dir
     assert runner.status("fake", run_dir)["state"] in ("queued", "running")  # "queued" is the launcher's
     assert _wait(lambda: runner.status("fake", run_dir)["state"] == "running")
     assert runner.active("fake") == [run_dir] and runner.launcher_alive("fake", run_dir)
+    assert runner.status("fake", run_dir)["seconds"] == 30.0  # its typed option reached the worker
     with pytest.raises(runner.RunnerError, match="already has a fake job running"):
         runner.start("fake", run_dir)  # one job of a kind per run
-    assert _wait(lambda: "fake job running" in (run_dir / "fake.log").read_text())
+    with pytest.raises(ValueError, match="This run is running a fake job: wait for the fake job"):
+        runs.delete_run(run_dir)  # a run is busy while any kind of job is active on it
+    assert spec.status_file in live.action_files()  # the Runs panel's jobs box follows its state file
+    assert _wait(lambda: "fake job running" in (run_dir / spec.log_file).read_text())
 
     assert runner.stop("fake", run_dir, grace_s=15)
-    assert runner.status("fake", run_dir)["state"] == "stopped"
+    status = runner.status("fake", run_dir)
+    assert status["state"] == "stopped" and status["error"] is None, status
     assert runner.active("fake") == [] and runner.stop("fake", run_dir) is False
     assert _wait(lambda: not runner.launcher_alive("fake", run_dir))
 
 
-def test_a_new_kinds_states_keep_their_owners(fake_kind):
-    _, run_dir, _ = fake_kind
+def test_a_new_kind_runs_to_its_end_and_its_states_keep_their_owners(fake_kind):
+    spec, run_dir = fake_kind
+    runner.start("fake", run_dir, seconds=0.2)
+    assert _wait(lambda: (runner.status("fake", run_dir) or {}).get("state") == "done")
     with pytest.raises(ValueError, match="does not write state 'running'"):
-        jobstate.write_state(run_dir, STATUS, "launcher", "running")
+        jobstate.write_state(run_dir, spec.status_file, "launcher", "running")
     with pytest.raises(ValueError, match="does not write state 'queued'"):
-        jobstate.write_state(run_dir, STATUS, "faker", "queued")
+        jobstate.write_state(run_dir, spec.status_file, "faker", "queued")
     # A second kind can't widen what a writer of an existing state file may write.
-    with pytest.raises(ValueError, match="owners table"):
-        runner.register(runner.Job(kind="wider", what="x", status_file=runs.STATUS_FILE, launcher_file="x.json",
-                                   log_file="x.log", worker="trainer", worker_states=("running", "done"),
-                                   command=lambda run_dir, **_: []))
+    with pytest.raises(ValueError, match="owners declared"):
+        jobs.declare(jobs.Job(kind="wider", what="x", module="x", status_file=run_files.STATUS,
+                              launcher_file="x.json", log_file="x.log", worker="trainer",
+                              worker_states=("running", "done")))
+    assert "wider" not in jobs.JOBS
     with pytest.raises(ValueError, match="known: .*eval.*fake.*train"):
         runner.start("no-such-kind", run_dir)
 
 
 def test_a_new_kind_whose_worker_dies_without_reporting_reads_as_failed(fake_kind):
-    _, run_dir, commands = fake_kind
-    commands.update(seconds=0.5, report=False)
-    runner.start("fake", run_dir)
-    # It wrote "running" and then "done"; kill the record of it: a worker that exits while "running" is failed.
+    spec, run_dir = fake_kind
+    runner.start("fake", run_dir, seconds=0.2)
     assert _wait(lambda: (runner.status("fake", run_dir) or {}).get("state") == "done")
-    jobstate.write_state(run_dir, STATUS, "faker", "running", pid=2**22 + 12345, pid_create_time=0.0)
+    # A worker that exits while its file says "running" (a pid that is no longer there) reads as failed.
+    jobstate.write_state(run_dir, spec.status_file, "faker", "running", pid=2**22 + 12345, pid_create_time=0.0)
     status = runner.status("fake", run_dir)
-    assert status["state"] == "failed" and status["crashed"] and "fake.log" in status["error"], status
+    assert status["state"] == "failed" and status["crashed"] and spec.log_file in status["error"], status
 
 
 def test_a_new_kind_that_fails_to_launch_leaves_nothing_behind(fake_kind, monkeypatch):
-    _, run_dir, _ = fake_kind
+    spec, run_dir = fake_kind
     real_popen = subprocess.Popen
 
     def popen_fails(*args, **kwargs):
@@ -101,7 +131,7 @@ def test_a_new_kind_that_fails_to_launch_leaves_nothing_behind(fake_kind, monkey
     monkeypatch.setattr(runner.subprocess, "Popen", popen_fails)
     with pytest.raises(runner.RunnerError, match=r"^Could not start the fake job: \[Errno 24\]"):
         runner.start("fake", run_dir)
-    assert not (run_dir / STATUS).exists()  # the launcher owns only "queued": nothing was started, nothing stays
+    assert not (run_dir / spec.status_file).exists()  # the launcher owns only "queued": nothing was started
     monkeypatch.setattr(runner.subprocess, "Popen", real_popen)
     runner.start("fake", run_dir)
     assert _wait(lambda: runner.status("fake", run_dir)["state"] == "running")
@@ -117,12 +147,12 @@ def test_a_hub_push_is_the_third_kind_and_keeps_its_token_out_of_the_run_files(t
     runs.write_json_atomic(run_dir / "config.json", {})
     runs.write_status(run_dir, "finished")
     with pytest.raises(runner.RunnerError, match="finished run"):
-        runner.start_push(run_dir, "me/model", "hf_secret_token")  # no merged model yet
+        runner.start("push", run_dir, repo_id="me/model", token="hf_secret_token")  # no merged model yet
     (run_dir / "merged").mkdir()
     (run_dir / "merged" / "config.json").write_text("{}")
     with pytest.raises(runner.RunnerError, match="repository id"):
-        runner.start_push(run_dir, "no-slash", "hf_secret_token")
-    runner.start_push(run_dir, "me/model", "hf_secret_token")
+        runner.start("push", run_dir, repo_id="no-slash", token="hf_secret_token")
+    runner.start("push", run_dir, repo_id="me/model", token="hf_secret_token")
     assert _wait(lambda: runner.status("push", run_dir)["state"] not in runs.ACTIVE_STATES, timeout=60)
     status = runner.status("push", run_dir)
     assert status["state"] == "failed" and status["error"].startswith("Push failed"), status
@@ -146,9 +176,9 @@ def test_a_push_error_that_quotes_the_token_is_written_without_it(tmp_path, monk
 
     monkeypatch.setattr(export, "push", refused)
     assert export.main(["--run-dir", str(tmp_path), "--repo", "me/model"]) == 1
-    status = runs.read_push_status(tmp_path)
+    status = runner.status("push", tmp_path)
     assert status["state"] == "failed" and "401 Unauthorized for me/model" in status["error"], status
-    assert "hf_secret_token" not in (tmp_path / runs.PUSH_STATUS_FILE).read_text()
+    assert "hf_secret_token" not in (tmp_path / run_files.PUSH_STATUS).read_text()
 
 
 def test_a_run_being_pushed_is_not_deleted_and_the_runs_panel_shows_the_push(tmp_path, monkeypatch):
@@ -163,7 +193,7 @@ def test_a_run_being_pushed_is_not_deleted_and_the_runs_panel_shows_the_push(tmp
     runs.write_json_atomic(run_dir / "config.json", {})
     runs.write_status(run_dir, "finished")
     me = os.getpid()  # a live writer: this process stands in for the pusher
-    jobstate.write_state(run_dir, runs.PUSH_STATUS_FILE, "pusher", "running", repo="me/model", pid=me,
+    jobstate.write_state(run_dir, run_files.PUSH_STATUS, "pusher", "running", repo="me/model", pid=me,
                          pid_create_time=jobstate.process_create_time(me))
     with pytest.raises(ValueError, match="being pushed to the Hub"):
         runs.delete_run(run_dir)
@@ -171,7 +201,7 @@ def test_a_run_being_pushed_is_not_deleted_and_the_runs_panel_shows_the_push(tmp
     text = train.eval_view(run_dir.name)
     assert "Pushing **" + run_dir.name + "** to `me/model`" in text
 
-    jobstate.write_state(run_dir, runs.PUSH_STATUS_FILE, "pusher", "failed", error="Push failed: offline.")
+    jobstate.write_state(run_dir, run_files.PUSH_STATUS, "pusher", "failed", error="Push failed: offline.")
     text = train.eval_view(run_dir.name)
     assert "Push failed: offline." in text
     assert train.stop_push(run_dir.name) == "No push is running."  # the Runs panel's Stop push, nothing to stop

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from pipeline import runner, runs
+from pipeline import jobstate, run_files, runner, runs
 from pipeline.config import RunConfig
-from tests.integration.helpers import poll as _wait
+from tests.integration.helpers import poll as _wait, stand_in
 
 
 def _run_with_merged_model(label: str):
@@ -21,16 +21,15 @@ def _run_with_merged_model(label: str):
 
 
 def _fake_evaluator(run_dir, seconds=30):
-    """Behaves like pipeline.evaluate towards eval_status.json: running with its pid, obeys SIGTERM."""
+    """Behaves like pipeline.evaluate towards eval_status.json, through the same worker context: running with
+    its pid, stopped on SIGTERM, done at the end."""
     code = (
-        "import os, signal, sys, time\n"
-        "from pipeline import runs\n"
-        f"d = {str(run_dir)!r}\n"
-        "runs.write_eval_status(d, 'running', pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()),"
-        " done=0, total=8)\n"
-        "signal.signal(signal.SIGTERM, lambda *a: (runs.write_eval_status(d, 'stopped'), sys.exit(130)))\n"
-        f"time.sleep({seconds})\n"
-        "runs.write_eval_status(d, 'done', done=8, total=8)\n"
+        "import time\n"
+        "from pipeline.jobstate import job_worker\n"
+        f"with job_worker({str(run_dir)!r}, 'eval', done=0, total=8) as job:\n"
+        f"    time.sleep({seconds})\n"
+        "    job.finish('done', done=8, total=8)\n"
+        "raise SystemExit(job.exit_code)\n"
     )
     return [sys.executable, "-c", code]
 
@@ -56,7 +55,7 @@ def test_each_writer_writes_only_its_own_states(tmp_path):
     with pytest.raises(ValueError, match="does not write state 'running'"):
         runs.write_status(tmp_path, "running", writer="launcher")
     with pytest.raises(ValueError, match="does not write state 'done'"):
-        runs.write_eval_status(tmp_path, "done", writer="launcher")
+        jobstate.write_state(tmp_path, run_files.EVAL_STATUS, "launcher", "done")
     assert not (tmp_path / "status.json").exists() and not (tmp_path / "eval_status.json").exists()
     assert runs.write_status(tmp_path, "queued")["state"] == "queued"  # the owner is the default writer
 
@@ -109,65 +108,66 @@ def test_the_trainer_reads_config_plus_overrides_and_writes_no_config(tmp_path):
 
 
 def test_evaluation_is_a_runner_job_one_per_run_and_stop_works(monkeypatch):
-    monkeypatch.setattr(runner, "eval_command", lambda run_dir, limit=16: _fake_evaluator(run_dir))
-    monkeypatch.setattr(runner, "train_command", lambda run_dir, **kw: _fake_trainer(run_dir))
+    stand_in(monkeypatch, "eval", lambda run_dir, limit=16: _fake_evaluator(run_dir))
+    stand_in(monkeypatch, "train", lambda run_dir, **kw: _fake_trainer(run_dir))
     run_dir = _run_with_merged_model("eval-job")
-    assert runner.start_eval(run_dir) == run_dir
+    assert runner.start("eval", run_dir) == run_dir
     # Returned while the job runs (the fake evaluator takes 30 s): it launched a process, it did not wait.
-    assert runs.read_eval_status(run_dir)["state"] in ("queued", "running")
-    assert _wait(lambda: runs.read_eval_status(run_dir)["state"] == "running")
-    assert runner.active_evals() == [run_dir]
+    assert runner.status("eval", run_dir)["state"] in ("queued", "running")
+    assert _wait(lambda: runner.status("eval", run_dir)["state"] == "running")
+    assert runner.active("eval") == [run_dir]
     with pytest.raises(runner.RunnerError, match="already being evaluated"):
-        runner.start_eval(run_dir)
+        runner.start("eval", run_dir)
     # The evaluated run can't be resumed (it would replace the merged model) or deleted meanwhile...
     runs.write_status(run_dir, "stopped")
     with pytest.raises(runner.RunnerError, match="is being evaluated"):
-        runner.resume_run(run_dir)
+        runner.start("train", run_dir, resume=True)
     with pytest.raises(ValueError, match="being evaluated"):
         runs.delete_run(run_dir)
     # ...but a training of another run starts.
-    other = runner.start_run(RunConfig(), "beside-eval")
+    other = runner.start("train", cfg=RunConfig(), label="beside-eval")
     assert _wait(lambda: runs.read_status(other)["state"] == "running")
-    assert runner.stop_run(other, grace_s=15)
+    assert runner.stop("train", other, grace_s=15)
 
-    assert runner.stop_eval(run_dir, grace_s=15)
-    status = runs.read_eval_status(run_dir)
+    assert runner.stop("eval", run_dir, grace_s=15)
+    status = runner.status("eval", run_dir)
     assert status["state"] == "stopped" and not status.get("crashed")
-    assert runner.active_evals() == [] and runner.stop_eval(run_dir) is False
+    assert runner.active("eval") == [] and runner.stop("eval", run_dir) is False
 
 
 def test_evaluation_is_refused_while_a_training_runs_and_without_a_merged_model(monkeypatch):
-    monkeypatch.setattr(runner, "eval_command", lambda run_dir, limit=16: _fake_evaluator(run_dir))
-    monkeypatch.setattr(runner, "train_command", lambda run_dir, **kw: _fake_trainer(run_dir))
+    stand_in(monkeypatch, "eval", lambda run_dir, limit=16: _fake_evaluator(run_dir))
+    stand_in(monkeypatch, "train", lambda run_dir, **kw: _fake_trainer(run_dir))
     bare = runs.new_run_dir("no-merged")
     runs.write_json_atomic(bare / "config.json", RunConfig().to_dict())
     runs.write_status(bare, "stopped")
     with pytest.raises(runner.RunnerError, match="no merged model"):
-        runner.start_eval(bare)
+        runner.start("eval", bare)
     run_dir = _run_with_merged_model("eval-busy")
-    training = runner.start_run(RunConfig(), "training")
+    training = runner.start("train", cfg=RunConfig(), label="training")
     try:
         with pytest.raises(runner.RunnerError, match="still training.*share this machine"):
-            runner.start_eval(run_dir)
-        assert runs.read_eval_status(run_dir) is None and runner.active_evals() == []
+            runner.start("eval", run_dir)
+        assert runner.status("eval", run_dir) is None and runner.active("eval") == []
     finally:
         _wait(lambda: runs.read_status(training)["state"] == "running")
-        runner.stop_run(training, grace_s=15)
+        runner.stop("train", training, grace_s=15)
 
 
 def test_an_evaluator_that_dies_without_reporting_reads_as_failed(monkeypatch):
-    monkeypatch.setattr(runner, "eval_command", lambda run_dir, limit=16: [
-        sys.executable, "-c", "import os, sys; from pipeline import runs; d = sys.argv[1]; "
-        "runs.write_eval_status(d, 'running', pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid())); "
+    stand_in(monkeypatch, "eval", lambda run_dir, limit=16: [
+        sys.executable, "-c", "import os, sys; from pipeline import jobstate, run_files; d = sys.argv[1]; "
+        "jobstate.write_state(d, run_files.EVAL_STATUS, 'evaluator', 'running', pid=os.getpid(), "
+        "pid_create_time=jobstate.process_create_time(os.getpid())); "
         "os._exit(9)", str(run_dir)])
     run_dir = _run_with_merged_model("eval-dies")
-    runner.start_eval(run_dir)
-    assert _wait(lambda: runs.read_eval_status(run_dir)["state"] == "failed")
-    status = runs.read_eval_status(run_dir)
+    runner.start("eval", run_dir)
+    assert _wait(lambda: runner.status("eval", run_dir)["state"] == "failed")
+    status = runner.status("eval", run_dir)
     assert status["crashed"] and "exited without reporting" in status["error"]
-    assert runner.active_evals() == []
+    assert runner.active("eval") == []
 
 
 def test_the_evaluation_command_is_an_argument_list(tmp_path):
-    cmd = runner.eval_command(tmp_path / "a run", limit=5)
+    cmd = runner.command("eval", tmp_path / "a run", limit=5)
     assert cmd[1:3] == ["-m", "pipeline.evaluate"] and cmd[-4:] == ["--run-dir", str(tmp_path / "a run"), "--limit", "5"]

@@ -9,7 +9,7 @@ import time
 import pandas as pd
 import pytest
 
-from pipeline import jobstate, live, runs
+from pipeline import jobstate, live, run_files, runs
 from pipeline.config import RunConfig
 
 
@@ -59,8 +59,8 @@ def test_the_stamps_hold_still_until_a_file_a_part_reads_changes():
     assert moved(lambda: append(run_dir / "groups.jsonl", group)) == {"progress", "groups"}
     assert moved(lambda: append(run_dir / "evals.jsonl", probe)) == {"progress", "charts", "probes"}
     assert moved(lambda: (run_dir / "train.log").write_text("step 1\n")) == {"log"}
-    assert moved(lambda: runs.write_eval_status(other, "running", done=1, total=4)) == {"jobs"}
-    assert moved(lambda: jobstate.write_state(other, runs.PUSH_STATUS_FILE, "pusher", "failed",
+    assert moved(lambda: jobstate.write_state(other, run_files.EVAL_STATUS, "evaluator", "running", done=1, total=4)) == {"jobs"}
+    assert moved(lambda: jobstate.write_state(other, run_files.PUSH_STATUS, "pusher", "failed",
                                               error="offline")) == {"jobs", "push"}
     assert moved(lambda: runs.write_status(other, "stopped")) == {"runs"}
     assert moved(lambda: make_running_run("third")) == {"runs", "jobs", "push"}  # a new run folder is listed
@@ -150,11 +150,12 @@ def test_every_output_that_changes_is_in_a_part_whose_stamp_moved():
         "a probe": lambda: append(shown / "evals.jsonl", {"step": 0, "reward": 0.5, "samples": []}),
         "log lines": lambda: (shown / "train.log").write_text("step 1\nstep 2\n"),
         "a longer run": lambda: runs.record_launch(shown, True, 1, {"max_steps": 20}, []),
-        "an evaluation": lambda: runs.write_eval_status(action, "running", done=1, total=4, phase="base"),
+        "an evaluation": lambda: jobstate.write_state(action, run_files.EVAL_STATUS, "evaluator", "running",
+                                                      done=1, total=4, phase="base"),
         "its result": lambda: (runs.write_json_atomic(action / "eval.json", {"n": 1, "base": {}, "tuned": {},
                                                                               "delta": 0.0, "samples": []}),
-                               runs.write_eval_status(action, "done", done=4, total=4)),
-        "a push": lambda: jobstate.write_state(action, runs.PUSH_STATUS_FILE, "pusher", "failed", error="offline"),
+                               jobstate.write_state(action, run_files.EVAL_STATUS, "evaluator", "done", done=4, total=4)),
+        "a push": lambda: jobstate.write_state(action, run_files.PUSH_STATUS, "pusher", "failed", error="offline"),
         "a stop": lambda: runs.write_status(shown, "stopped"),
         "another run": lambda: make_running_run("another"),
         "a deletion": lambda: runs.delete_run(shown),

@@ -40,8 +40,8 @@ def test_the_data_folder_a_run_and_an_upload_are_the_servers_users_only(as_the_a
 
     data = paths.data_dir()
     assert data == as_the_app_starts and stat.S_IMODE(data.stat().st_mode) == 0o700
-    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1: None)
-    run_dir = runner.start_run(RunConfig(), "private")
+    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1, **kw: None)
+    run_dir = runner.start("train", cfg=RunConfig(), label="private")
     source = tmp_path / "prompts.csv"
     source.write_text("prompt\nhello\n")
     os.chmod(source, 0o644)

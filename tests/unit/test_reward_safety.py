@@ -9,6 +9,7 @@ import pytest
 from pipeline.config import RewardSpec, RunConfig
 from pipeline.reward_check import needs_isolation, score_isolated
 from pipeline.rewards import GuardedReward, RewardFunctionError, build_rewards, reward_registry
+from tests.integration.helpers import stand_in
 
 
 def side_effect_code(marker) -> str:
@@ -202,11 +203,10 @@ def test_a_trainer_with_custom_rewards_starts_without_tokens(secrets_in_the_serv
 
     monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
     dump = "import json, os, sys; json.dump(sorted(os.environ), open(sys.argv[-1] + '/env.json', 'w'))"
-    monkeypatch.setattr(runner, "train_command", lambda run_dir, **kw: [sys.executable, "-c", dump, str(run_dir)])
-    custom = runner.start_run(RunConfig(rewards=[RewardSpec("custom_python", 1.0, {"code": READS_SECRETS})]),
-                              "custom", allow_custom_rewards=True)
+    stand_in(monkeypatch, "train", lambda run_dir, **kw: [sys.executable, "-c", dump, str(run_dir)])
+    custom = runner.start("train", cfg=RunConfig(rewards=[RewardSpec("custom_python", 1.0, {"code": READS_SECRETS})]), label="custom", allow_custom_rewards=True)
     assert _wait_for(lambda: (custom / "env.json").exists() and runner.busy_run() is None)  # one run at a time
-    plain = runner.start_run(RunConfig(), "plain")
+    plain = runner.start("train", cfg=RunConfig(), label="plain")
     assert _wait_for(lambda: (plain / "env.json").exists())
     seen = set(json.loads((custom / "env.json").read_text()))
     assert not seen & {"HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY"}, seen

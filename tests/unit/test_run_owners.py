@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline import owners, runner, runs
+from pipeline import owners, run_files, runner, runs
 from pipeline.config import RunConfig
 from pipeline.owners import Actor, may_act
 
@@ -41,12 +41,12 @@ def test_the_rule():
 
 
 def test_start_records_the_logged_in_user_once_and_no_one_without_a_login(own_runs, monkeypatch):
-    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1: None)
-    mine = runner.start_run(RunConfig(), "mine", actor=Actor("alice"))
+    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1, **kw: None)
+    mine = runner.start("train", cfg=RunConfig(), label="mine", actor=Actor("alice"))
     assert owners.run_owner(mine) == "alice"
-    assert runs.read_json(mine / owners.OWNER_FILE)["user"] == "alice"
-    anyone = runner.start_run(RunConfig(), "anyone")
-    assert owners.run_owner(anyone) is None and not (anyone / owners.OWNER_FILE).exists()
+    assert runs.read_json(mine / run_files.OWNER)["user"] == "alice"
+    anyone = runner.start("train", cfg=RunConfig(), label="anyone")
+    assert owners.run_owner(anyone) is None and not (anyone / run_files.OWNER).exists()
 
 
 def test_another_users_delete_is_refused_and_the_owners_goes(own_runs):
@@ -76,7 +76,7 @@ def alices_training(own_runs):
     """Alice's run with a live stand-in trainer (a process in a session of its own)."""
     run_dir = alices_run("training", state="queued")
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    runs.write_json_atomic(run_dir / runs.LAUNCHER_FILE, {"pid": proc.pid, **runs.process_start(proc.pid)})
+    runs.write_json_atomic(run_dir / run_files.LAUNCHER, {"pid": proc.pid, **runs.process_start(proc.pid)})
     yield run_dir, proc
     proc.kill()
     proc.wait()

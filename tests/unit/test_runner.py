@@ -4,12 +4,13 @@ import time
 
 import pytest
 
-from pipeline import runner, runs
+from pipeline import run_files, runner, runs
 from pipeline.config import RunConfig
+from tests.integration.helpers import stand_in
 
 
 def test_command_is_an_argument_list_and_scales_out(tmp_path):
-    cmd = runner.train_command(tmp_path / "my run", nproc=2, resume=True)
+    cmd = runner.command("train", tmp_path / "my run", nproc=2, resume=True)
     assert cmd[1:4] == ["-m", "torch.distributed.run", "--standalone"]  # a free rendezvous port per launch
     assert cmd[cmd.index("--nproc_per_node") + 1] == "2"
     # torchrun waits this long after passing a Stop on before it kills the ranks: save + merge fit.
@@ -39,26 +40,26 @@ def test_one_run_at_a_time_and_stop(monkeypatch):
         launched.append(run_dir)
         return _fake_trainer(run_dir)
 
-    monkeypatch.setattr(runner, "train_command", fake_command)
-    first = runner.start_run(RunConfig(), "first")
+    stand_in(monkeypatch, "train", fake_command)
+    first = runner.start("train", cfg=RunConfig(), label="first")
     deadline = time.time() + 20
     while runs.read_status(first)["state"] != "running" and time.time() < deadline:
         time.sleep(0.1)
     assert runs.read_status(first)["state"] == "running"
     assert runner.active_run() == first
     with pytest.raises(runner.RunnerError, match="still training"):
-        runner.start_run(RunConfig(), "second")
+        runner.start("train", cfg=RunConfig(), label="second")
     assert len(launched) == 1
 
-    assert runner.stop_run(first, grace_s=15)
+    assert runner.stop("train", first, grace_s=15)
     assert runs.read_status(first)["state"] == "stopped"
     assert runner.active_run() is None
-    assert runner.stop_run(first) is False
+    assert runner.stop("train", first) is False
 
 
 def test_launcher_that_dies_before_starting_reads_as_failed(monkeypatch):
-    monkeypatch.setattr(runner, "train_command", lambda run_dir, **kw: [sys.executable, "-c", "raise SystemExit(3)"])
-    run_dir = runner.start_run(RunConfig(), "dies")
+    stand_in(monkeypatch, "train", lambda run_dir, **kw: [sys.executable, "-c", "raise SystemExit(3)"])
+    run_dir = runner.start("train", cfg=RunConfig(), label="dies")
     deadline = time.time() + 20
     while runs.read_status(run_dir)["state"] == "queued" and time.time() < deadline:
         time.sleep(0.1)
@@ -67,20 +68,20 @@ def test_launcher_that_dies_before_starting_reads_as_failed(monkeypatch):
 
 def test_invalid_config_never_launches():
     with pytest.raises(Exception, match="multiple of the group size"):
-        runner.start_run(RunConfig(batch_size=3), "bad")
+        runner.start("train", cfg=RunConfig(batch_size=3), label="bad")
 
 
 def test_resume_relaunches_with_the_runs_process_count(monkeypatch):
     launched = []
-    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1: launched.append((cmd, nproc)))
+    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1, **kw: launched.append((cmd, nproc)))
     run_dir = runs.new_run_dir("nproc")
     runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
     runs.write_json_atomic(run_dir / "command.json", {"argv": [], "nproc": 2})
     runs.write_status(run_dir, "stopped")
-    runner.resume_run(run_dir)
+    runner.start("train", run_dir, resume=True)
     cmd, nproc = launched[-1]
     assert nproc == 2 and "torch.distributed.run" in cmd and cmd[-1] == "--resume"
-    runner.resume_run(run_dir, nproc=1)  # an explicit count wins
+    runner.start("train", run_dir, resume=True, nproc=1)  # an explicit count wins
     assert launched[-1][1] == 1 and "torch.distributed.run" not in launched[-1][0]
 
 
@@ -91,10 +92,10 @@ def test_a_run_whose_processes_are_still_exiting_blocks_the_next_start(monkeypat
     runs.write_status(run_dir, "stopped")
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        runs.write_json_atomic(run_dir / runs.LAUNCHER_FILE,
+        runs.write_json_atomic(run_dir / run_files.LAUNCHER,
                                {"pid": proc.pid, "create_time": runs.process_create_time(proc.pid)})
         with pytest.raises(runner.RunnerError, match="still shutting down"):
-            runner.start_run(RunConfig(), "next")
+            runner.start("train", cfg=RunConfig(), label="next")
     finally:
         proc.kill()
         proc.wait()
@@ -127,7 +128,7 @@ def recycled_run(own_runs, unrelated_process):
     run_dir = runs.new_run_dir("recycled")
     runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
     runs.write_status(run_dir, "running", pid=pid, pid_create_time=dead_trainer_started)
-    runs.write_json_atomic(run_dir / runs.LAUNCHER_FILE, {"pid": pid, "create_time": dead_trainer_started})
+    runs.write_json_atomic(run_dir / run_files.LAUNCHER, {"pid": pid, "create_time": dead_trainer_started})
     return run_dir
 
 
@@ -143,12 +144,12 @@ def test_a_recycled_pid_reads_as_a_dead_trainer(recycled_run, unrelated_process)
 
 def test_a_recycled_pid_does_not_refuse_start(recycled_run, monkeypatch):
     launched = []
-    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1: launched.append(run_dir))
-    assert runner.start_run(RunConfig(), "next") == launched[0]
+    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1, **kw: launched.append(run_dir))
+    assert runner.start("train", cfg=RunConfig(), label="next") == launched[0]
 
 
 def test_stop_never_signals_the_process_that_got_a_recycled_pid(recycled_run, unrelated_process):
-    assert runner.stop_run(recycled_run, grace_s=1) is False
+    assert runner.stop("train", recycled_run, grace_s=1) is False
     assert unrelated_process.poll() is None  # not signalled: still running
 
 
@@ -164,7 +165,7 @@ def test_a_launch_that_fails_leaves_nothing_that_blocks_the_next_start(own_runs,
 
     monkeypatch.setattr(runner.subprocess, "Popen", popen_fails)
     with pytest.raises(runner.RunnerError, match=r"^Could not start the trainer: \[Errno 24\] Too many open files"):
-        runner.start_run(RunConfig(), "first")
+        runner.start("train", cfg=RunConfig(), label="first")
     assert runner.busy_run() is None
     assert [p for p in own_runs.iterdir() if p.is_dir()] == []  # no half-made run folder
 
@@ -173,15 +174,15 @@ def test_a_launch_that_fails_leaves_nothing_that_blocks_the_next_start(own_runs,
     runs.write_json_atomic(stopped / "config.json", RunConfig().to_dict())
     runs.write_status(stopped, "stopped")
     with pytest.raises(runner.RunnerError, match="Could not start the trainer"):
-        runner.resume_run(stopped)
+        runner.start("train", stopped, resume=True)
     status = runs.read_status(stopped)
     assert status["state"] == "failed", status
     assert status["error"] == "Could not start the trainer: [Errno 24] Too many open files"
     assert runner.busy_run() is None
 
     monkeypatch.setattr(runner.subprocess, "Popen", real_popen)
-    monkeypatch.setattr(runner, "train_command", lambda run_dir, **kw: [sys.executable, "-c", "pass"])
-    run_dir = runner.start_run(RunConfig(), "second")
+    stand_in(monkeypatch, "train", lambda run_dir, **kw: [sys.executable, "-c", "pass"])
+    run_dir = runner.start("train", cfg=RunConfig(), label="second")
     assert run_dir.is_dir() and runs.launcher(run_dir)["pid"] > 0
     shutil.rmtree(stopped)
 
@@ -198,14 +199,14 @@ def test_two_starts_at_once_start_one_run(own_runs, monkeypatch):
         return real_new_run_dir(label)
 
     monkeypatch.setattr(runs, "new_run_dir", slow_new_run_dir)
-    monkeypatch.setattr(runner, "train_command", lambda run_dir, **kw: _fake_trainer(run_dir))
+    stand_in(monkeypatch, "train", lambda run_dir, **kw: _fake_trainer(run_dir))
     barrier = threading.Barrier(2)
     results: list = []
 
     def press_start(i: int):
         barrier.wait()
         try:
-            results.append(runner.start_run(RunConfig(), f"race-{i}"))
+            results.append(runner.start("train", cfg=RunConfig(), label=f"race-{i}"))
         except runner.RunnerError as exc:
             results.append(exc)
 
@@ -222,7 +223,7 @@ def test_two_starts_at_once_start_one_run(own_runs, monkeypatch):
         assert [p for p in own_runs.iterdir() if p.is_dir()] == started
     finally:
         for run_dir in started:
-            runner.stop_run(run_dir, grace_s=15)
+            runner.stop("train", run_dir, grace_s=15)
 
 
 def _hold_start_lock_elsewhere(seconds: float, then: str = "") -> subprocess.Popen:
@@ -243,15 +244,15 @@ def _hold_start_lock_elsewhere(seconds: float, then: str = "") -> subprocess.Pop
 def test_start_resume_and_evaluate_wait_for_the_start_lock_of_another_process(own_runs, monkeypatch, job):
     """The start lock holds across processes, not only threads (an flock on runs/.start.lock, not a lock in
     memory), and every launch takes it: while another process holds it, Start, Resume and Evaluate wait."""
-    monkeypatch.setattr(runner, "train_command", lambda run_dir, **kw: [sys.executable, "-c", "pass"])
-    monkeypatch.setattr(runner, "eval_command", lambda run_dir, limit=0: [sys.executable, "-c", "pass"])
+    stand_in(monkeypatch, "train", lambda run_dir, **kw: [sys.executable, "-c", "pass"])
+    stand_in(monkeypatch, "eval", lambda run_dir, limit=0: [sys.executable, "-c", "pass"])
     run_dir = runs.new_run_dir("earlier")
     runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
     runs.write_status(run_dir, "stopped")
     (run_dir / "merged").mkdir()
     (run_dir / "merged" / "config.json").write_text("{}")
-    launch = {"start": lambda: runner.start_run(RunConfig(), "waiting"), "resume": lambda: runner.resume_run(run_dir),
-              "evaluate": lambda: runner.start_eval(run_dir)}[job]
+    launch = {"start": lambda: runner.start("train", cfg=RunConfig(), label="waiting"), "resume": lambda: runner.start("train", run_dir, resume=True),
+              "evaluate": lambda: runner.start("eval", run_dir)}[job]
 
     holder = _hold_start_lock_elsewhere(1.5)
     began = time.monotonic()
@@ -272,7 +273,7 @@ def test_a_live_trainer_stays_alive_when_the_system_clock_steps(own_runs, unrela
     run_dir = runs.new_run_dir("clock")
     runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
     runs.write_status(run_dir, "running", pid=pid, **runs.process_start(pid, "pid_"))
-    runs.write_json_atomic(run_dir / runs.LAUNCHER_FILE, {"pid": pid, **runs.process_start(pid)})
+    runs.write_json_atomic(run_dir / run_files.LAUNCHER, {"pid": pid, **runs.process_start(pid)})
     assert runs.read_status(run_dir)["state"] == "running"
 
     real_create_time, real_time = psutil.Process.create_time, time.time
@@ -281,7 +282,7 @@ def test_a_live_trainer_stays_alive_when_the_system_clock_steps(own_runs, unrela
     assert runs.read_status(run_dir)["state"] == "running"
     assert runs.launcher_alive(run_dir)
     with pytest.raises(runner.RunnerError, match="still training"):
-        runner.resume_run(run_dir)
+        runner.start("train", run_dir, resume=True)
     with pytest.raises(ValueError, match="still training"):
         runs.delete_run(run_dir)
     # A record from before (a wall-clock create time only) still reads as it did: alive without a clock step.
@@ -297,7 +298,7 @@ def test_a_relaunch_never_reads_as_a_crash(own_runs, monkeypatch):
     runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
     old = subprocess.Popen([sys.executable, "-c", "pass"])
     old.wait()
-    runs.write_json_atomic(run_dir / runs.LAUNCHER_FILE, {"pid": old.pid, **runs.process_start(old.pid)})
+    runs.write_json_atomic(run_dir / run_files.LAUNCHER, {"pid": old.pid, **runs.process_start(old.pid)})
     runs.write_status(run_dir, "stopped")
     seen = []
     real_write_state = runner.jobstate.write_state
@@ -308,8 +309,8 @@ def test_a_relaunch_never_reads_as_a_crash(own_runs, monkeypatch):
         return written
 
     monkeypatch.setattr(runner.jobstate, "write_state", write_and_look)
-    monkeypatch.setattr(runner, "train_command", lambda run_dir, **kw: [sys.executable, "-c", "import time; time.sleep(2)"])
-    runner.resume_run(run_dir)
+    stand_in(monkeypatch, "train", lambda run_dir, **kw: [sys.executable, "-c", "import time; time.sleep(2)"])
+    runner.start("train", run_dir, resume=True)
     assert [s["state"] for s in seen] == ["queued"], seen
     assert runs.read_status(run_dir)["state"] == "queued"  # with the new launcher record
     assert runs.launcher_alive(run_dir)

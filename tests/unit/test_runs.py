@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from pipeline import runs
+from pipeline import jobstate, run_files, runs
 
 
 def test_status_is_atomic_and_merged(tmp_path):
@@ -44,8 +44,8 @@ def test_non_finite_values_are_refused_in_metrics(tmp_path):
 def test_only_complete_checkpoints_count(tmp_path):
     for step in (2, 4, 6):
         (tmp_path / f"checkpoint-{step}").mkdir()
-    (tmp_path / "checkpoint-2" / runs.CHECKPOINT_MARKER).write_text("x")
-    (tmp_path / "checkpoint-4" / runs.CHECKPOINT_MARKER).write_text("x")
+    (tmp_path / "checkpoint-2" / run_files.CHECKPOINT_MARKER).write_text("x")
+    (tmp_path / "checkpoint-4" / run_files.CHECKPOINT_MARKER).write_text("x")
     assert runs.last_complete_checkpoint(tmp_path).name == "checkpoint-4"
     assert len(runs.checkpoints(tmp_path, complete_only=False)) == 3
 
@@ -55,7 +55,7 @@ def test_pruning_keeps_the_newest_complete_checkpoints_and_never_an_unfinished_o
         (tmp_path / f"checkpoint-{step}").mkdir()
         (tmp_path / f"checkpoint-{step}" / "adapter_model.safetensors").write_text("w")
     for step in (1, 2, 3, 4):  # checkpoint-5 is still being written
-        (tmp_path / f"checkpoint-{step}" / runs.CHECKPOINT_MARKER).write_text("x")
+        (tmp_path / f"checkpoint-{step}" / run_files.CHECKPOINT_MARKER).write_text("x")
     deleted = runs.prune_checkpoints(tmp_path, keep=2)
     assert [p.name for p in deleted] == ["checkpoint-1", "checkpoint-2"]
     assert [p.name for p in runs.checkpoints(tmp_path)] == ["checkpoint-3", "checkpoint-4"]
@@ -94,7 +94,7 @@ def test_a_launch_that_never_started_reads_as_failed_after_a_grace_period():
     run_dir = runs.new_run_dir("stuck-queued")
     runs.write_status(run_dir, "queued", queued_at=time.time())
     assert runs.read_status(run_dir)["state"] == "queued"  # just launched: give it time
-    runs.write_status(run_dir, "queued", queued_at=time.time() - runs.QUEUED_GRACE_S - 1)
+    runs.write_status(run_dir, "queued", queued_at=time.time() - jobstate.QUEUED_GRACE_S - 1)
     status = runs.read_status(run_dir)
     assert status["state"] == "failed" and "exited without reporting" in status["error"]
 
@@ -147,7 +147,7 @@ def test_a_full_disk_reads_as_disk_full_with_the_checkpoint_to_resume(tmp_path):
     import errno
 
     (tmp_path / "checkpoint-3").mkdir()
-    (tmp_path / "checkpoint-3" / runs.CHECKPOINT_MARKER).write_text("1")
+    (tmp_path / "checkpoint-3" / run_files.CHECKPOINT_MARKER).write_text("1")
     (tmp_path / "checkpoint-4").mkdir()  # the save that failed
     error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     assert runs.is_disk_full(RuntimeError("saving failed")) is False

@@ -80,7 +80,7 @@ def test_folders_under_the_data_folder_or_an_allowed_one_only(tmp_path, secret_f
 
 
 def test_the_config_check_at_start_refuses_what_the_loaders_refuse(secret_folder):
-    """RunConfig.problems() (pre-flight and runner.start_run at Start, the trainer's first step)."""
+    """RunConfig.problems() (pre-flight and runner.start at Start, the trainer's first step)."""
     assert RunConfig(model=str(secret_folder)).problems() == [
         f"'{secret_folder}' is outside the folders this app reads models from. " + sources.accepted("model")
         + " The operator can allow another folder with --allow-local-dir."]

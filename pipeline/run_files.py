@@ -1,0 +1,59 @@
+"""The names of the files and folders in a run folder (`data/runs/<run>/`), in one place: what each holds,
+who writes it and when is in docs/run-files.md. A leaf that imports nothing of ours, so every module, the
+trainer process included, can name a run file without a string of its own. No torch or gradio import.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# The run itself, written once at creation.
+OWNER = "owner.json"  # the login that started the run
+CONFIG = "config.json"  # its RunConfig; also what marks a folder as a run (a merged model has one too)
+
+# Training (pipeline/train.py and the launcher).
+LAUNCHES = "launches.jsonl"  # one line per trainer start, with its overrides
+COMMAND = "command.json"  # the launch command and its process count
+LAUNCHER = "launcher.json"  # pid and start of the process the app launched
+STATUS = "status.json"  # the training's state
+STDOUT_LOG = "stdout.log"  # the launched trainer's stdout and stderr
+TRAIN_LOG = "train.log"  # the trainer's own log
+METRICS = "metrics.jsonl"  # one line per step
+GROUPS = "groups.jsonl"  # per step, each prompt's group of completions
+EVALS = "evals.jsonl"  # one line per held-out probe
+EVAL_PROMPTS = "eval_prompts.json"  # the held-out prompts
+TENSORBOARD = "tensorboard"  # TensorBoard's event files, when asked for
+CHECKPOINT_PREFIX = "checkpoint-"  # checkpoint-N/ folders
+CHECKPOINT_MARKER = ".complete"  # written into a checkpoint folder once its save finished
+ADAPTER = "adapter"  # the LoRA adapter
+MERGED = "merged"  # base + LoRA merged, ready for transformers
+
+# Evaluation (pipeline/evaluate.py).
+EVAL_STATUS = "eval_status.json"
+EVAL_LAUNCHER = "eval_launcher.json"
+EVAL_LOG = "eval.log"
+EVAL_RESULT = "eval.json"
+
+# A push to the Hub (pipeline/export.py).
+PUSH_STATUS = "push_status.json"
+PUSH_LAUNCHER = "push_launcher.json"
+PUSH_LOG = "push.log"
+
+# The runs folder itself (not a run): one Start, Resume or Delete at a time.
+START_LOCK = ".start.lock"
+
+
+def merged_model(run_dir: str | Path) -> Path | None:
+    """The run's merged model folder when one was written (its config.json is the last file a save leaves),
+    else None."""
+    path = Path(run_dir) / MERGED
+    return path if (path / CONFIG).exists() else None
+
+
+def checkpoint(run_dir: str | Path, step: int) -> Path:
+    """Where the checkpoint of `step` lives.
+
+    >>> checkpoint("r", 12).as_posix()
+    'r/checkpoint-12'
+    """
+    return Path(run_dir) / f"{CHECKPOINT_PREFIX}{int(step)}"
