@@ -119,6 +119,11 @@ def test_a_hub_id_is_looked_up_on_the_hub_never_as_a_folder_here(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    # The libraries read those variables once, at import: set what they read, so no request waits on the network.
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")  # never the user's own cache
     monkeypatch.setattr("pipeline.hub.require_hub", lambda *args, **kwargs: None)  # as if online
     spec = DatasetSpec(source="hub", hub_id="leak", prompt_column="text")
