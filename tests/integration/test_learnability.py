@@ -51,11 +51,11 @@ def test_scan_samples_and_scores_as_the_trainer_would_and_its_numbers_add_up(bun
 
 def test_a_run_that_keeps_the_scanned_prompts_records_them_and_trains_on_exactly_those(bundled_model_dir):
     """Through the Train tab's Start handler: the kept prompts go into config.json, and every group the trainer
-    samples is one of them (two prompts a step, two steps)."""
+    samples is one of them (two prompts, one step)."""
     from ui.form import config_to_form
     from ui.train import start_training
 
-    cfg = RunConfig(**{**QUICK, "num_generations": 2, "batch_size": 4, "max_completion_length": 8},
+    cfg = RunConfig(**{**QUICK, "num_generations": 2, "batch_size": 4, "max_completion_length": 8, "max_steps": 1},
                     rewards=CHEAP, keep_signal_prompts=True)
     train, _ = load_dataset_split(cfg.dataset, cfg.seed)
     kept = [prompt_text(train[i]["prompt"]) for i in (5, 11)]  # two that the first steps would not reach
@@ -72,7 +72,7 @@ def test_a_run_that_keeps_the_scanned_prompts_records_them_and_trains_on_exactly
         time.sleep(1)
     assert runs.read_status(run_dir)["state"] == "finished", (run_dir / "train.log").read_text()[-2000:]
     trained = [g["prompt"] for record in runs.read_groups(run_dir) for g in record["groups"]]
-    assert len(trained) == 4  # two steps of two prompts
+    assert len(trained) == 2  # one step of two prompts
     assert all(any(text in prompt for text in kept) for prompt in trained), trained
     assert all(any(text in prompt for prompt in trained) for text in kept)
     assert "Keeping the 2 prompts the learnability scan found signal on" in (run_dir / "train.log").read_text()
