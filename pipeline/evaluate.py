@@ -178,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     if not (run_dir / run_files.CONFIG).exists():
         print(f"Evaluation failed: {run_dir} is not a run directory (it has no config.json).", file=sys.stderr)
         return 1
+    # The tuned model is the run's own merged folder, and the run folder is the one named on this command line:
+    # allowed wherever it is (a headless run may live outside the data folder), beside the operator's folders.
+    from pipeline.sources import allow_local_dirs, allowed_dirs
+
+    allow_local_dirs([*allowed_dirs()[1:], run_dir])
     reporter: StatusReporter | None = None
     # running -> done, or stopped (SIGTERM, the app's Stop) or failed (with the reason): eval_status.json.
     with job_worker(run_dir, EVALUATE, failure=failure_message, ending=lambda: reporter.elapsed() if reporter else {},
