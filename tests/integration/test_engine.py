@@ -7,24 +7,33 @@ import torch
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def lora_model(bundled_model_dir):
+def bundled_with_lora(bundled_model_dir, prepare=None):
+    """The bundled model with a trained-looking LoRA (B drawn, not zero: a zero B would hide a dropped branch)
+    and its tokenizer; `prepare(base)` runs on the base model before the adapter goes on."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
-    from trl.trainer.utils import add_fused_lm_head
 
     from pipeline.models import load_tokenizer
 
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(bundled_model_dir, dtype=torch.float32)
-    add_fused_lm_head(base, temperature=0.9, outputs=("log_probs", "entropy"))  # as GRPOTrainer does
+    if prepare is not None:
+        prepare(base)
     model = get_peft_model(base, LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=16, lora_dropout=0.0,
                                             target_modules="all-linear"))
-    with torch.no_grad():  # a trained-looking adapter: B is zero at init, which would hide a dropped branch
+    with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.02)
     return model, load_tokenizer(bundled_model_dir)
+
+
+@pytest.fixture(scope="module")
+def lora_model(bundled_model_dir):
+    from trl.trainer.utils import add_fused_lm_head
+
+    return bundled_with_lora(bundled_model_dir,  # as GRPOTrainer does
+                             lambda base: add_fused_lm_head(base, temperature=0.9, outputs=("log_probs", "entropy")))
 
 
 def _batch(tokenizer, g=3, completion=7):

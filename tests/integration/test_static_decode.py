@@ -15,21 +15,11 @@ PROMPTS = ["Summarize: the council voted for bike lanes on Harper Street after a
 
 @pytest.fixture(scope="module")
 def lora_model(bundled_model_dir):
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from .test_engine import bundled_with_lora
 
-    from pipeline.models import load_tokenizer
-
-    torch.manual_seed(0)
-    base = AutoModelForCausalLM.from_pretrained(bundled_model_dir, dtype=torch.float32)
-    model = get_peft_model(base, LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=16, lora_dropout=0.0,
-                                            target_modules="all-linear"))
-    with torch.no_grad():  # a trained-looking adapter: B is zero at init, which would hide a dropped branch
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.02)
+    model, tokenizer = bundled_with_lora(bundled_model_dir)
     model.eval()
-    return model, load_tokenizer(bundled_model_dir)
+    return model, tokenizer
 
 
 def rows_of(tok, g=2):

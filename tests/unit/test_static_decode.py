@@ -224,14 +224,9 @@ def test_build_trainer_gives_a_static_run_its_decoder_and_header(tmp_path, monke
     import threading
 
     import pipeline.train as train
-    from tests.unit.test_trainer_engine import tiny_parts
+    from tests.unit.test_trainer_engine import saved_tiny_model
 
-    parts = tiny_parts()
-    model_dir = tmp_path / "model"
-    parts["model"].save_pretrained(model_dir)
-    parts["processing_class"].save_pretrained(model_dir)
-    monkeypatch.setattr(train, "model_load_kwargs", lambda cfg, precision, device: {"dtype": torch.float32})
-    monkeypatch.setattr(train, "make_probe_callbacks", lambda *a, **k: [])
+    parts, model_dir = saved_tiny_model(tmp_path, monkeypatch)
 
     def built(**config):
         cfg = RunConfig(**{"num_generations": 4, "batch_size": 4, "max_completion_length": 20, **config})

@@ -37,6 +37,20 @@ def tiny_parts(lm_head_scale: float = 20.0):
                 peft_config=LoraConfig(r=4, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear"))
 
 
+def saved_tiny_model(tmp_path, monkeypatch):
+    """tiny_parts() with its model and tokenizer saved as a folder build_trainer can load (in fp32, without the
+    held-out probes): (parts, folder)."""
+    import pipeline.train as train
+
+    parts = tiny_parts()
+    model_dir = tmp_path / "model"
+    parts["model"].save_pretrained(model_dir)
+    parts["processing_class"].save_pretrained(model_dir)
+    monkeypatch.setattr(train, "model_load_kwargs", lambda cfg, precision, device: {"dtype": torch.float32})
+    monkeypatch.setattr(train, "make_probe_callbacks", lambda *a, **k: [])
+    return parts, model_dir
+
+
 def studio_trainer(tmp_path, **config):
     """The studio's trainer subclass with the GRPO arguments the studio builds from a RunConfig."""
     from pipeline.train import grpo_args, make_trainer_class
@@ -210,12 +224,7 @@ def test_qlora_runs_turn_the_fast_engine_off(tmp_path, monkeypatch):
 
     import pipeline.train as train
 
-    parts = tiny_parts()
-    model_dir = tmp_path / "model"
-    parts["model"].save_pretrained(model_dir)
-    parts["processing_class"].save_pretrained(model_dir)
-    monkeypatch.setattr(train, "model_load_kwargs", lambda cfg, precision, device: {"dtype": torch.float32})
-    monkeypatch.setattr(train, "make_probe_callbacks", lambda *a, **k: [])
+    parts, model_dir = saved_tiny_model(tmp_path, monkeypatch)
 
     def built(**config):
         cfg = RunConfig(**{"num_generations": 4, "batch_size": 4, **config})
