@@ -2,6 +2,7 @@
 bundled model never touch the developer's ./data."""
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -25,7 +26,40 @@ def studio_data(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def bundled_model_dir(studio_data):
-    """The bundled SmolLM2 converted once per session (about 30 s on CPU)."""
-    from pipeline.models import ensure_bundled_model
+    """The bundled SmolLM2 converted once per session: linked from ./data when `make setup` converted it there
+    (the conversion takes about 30 s on CPU), converted here otherwise."""
+    from pipeline.models import bundled_cache_dir, ensure_bundled_model
+    from pipeline.paths import data_dir
 
+    made = ROOT / "data" / bundled_cache_dir().relative_to(data_dir())
+    target = bundled_cache_dir()
+    if (made / ".complete").exists() and not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copytree(made, target, copy_function=os.link)
+        except OSError:  # another file system: a copy is still faster than a conversion
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(made, target)
     return ensure_bundled_model()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(bundled_model_dir):
+    """A two-layer model with random weights and the bundled model's tokenizer, in the session's data folder: for
+    tests of what happens around training (checkpoints, stops, kills, faults, ranks), where the model's answers
+    do not matter. A step takes a fraction of a second instead of seconds."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    target = bundled_model_dir.parent / "tiny-random-llama"
+    if (target / "model.safetensors").exists():
+        return target
+    config = AutoConfig.from_pretrained(bundled_model_dir)
+    config.update(dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=16))
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(target)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        if (bundled_model_dir / name).exists():
+            shutil.copy2(bundled_model_dir / name, target / name)
+    return target

@@ -29,9 +29,8 @@ def steps_on_disk(run_dir, complete_only=True):
     return [runs.checkpoint_step(p) for p in runs.checkpoints(run_dir, complete_only=complete_only)]
 
 
-def test_keep_checkpoints_keeps_the_newest_complete_ones_and_a_kill_after_rotation_resumes(bundled_model_dir,
-                                                                                            tmp_path):
-    run_dir = make_run("keep", max_steps=4, save_steps=1, keep_checkpoints=2)
+def test_keep_checkpoints_keeps_the_newest_complete_ones_and_a_kill_after_rotation_resumes(tiny_model_dir, tmp_path):
+    run_dir = make_run("keep", model=str(tiny_model_dir), max_steps=4, save_steps=1, keep_checkpoints=2)
     rotations = tmp_path / "rotations.jsonl"
 
     proc = run_with_spy(run_dir, rotations)

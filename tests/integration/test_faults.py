@@ -21,8 +21,8 @@ def _metric_step(run_dir):
     return rows[-1]["step"] if rows else 0
 
 
-def test_sigterm_stops_cleanly_then_resume_continues(bundled_model_dir):
-    run_dir = make_run("stop", max_steps=50)
+def test_sigterm_stops_cleanly_then_resume_continues(tiny_model_dir):
+    run_dir = make_run("stop", model=str(tiny_model_dir), max_steps=500)
     proc = start(run_dir)
     wait_for(lambda: _metric_step(run_dir) >= 1, 300, "the first step", proc)
     os.killpg(proc.pid, signal.SIGTERM)
@@ -41,9 +41,9 @@ def test_sigterm_stops_cleanly_then_resume_continues(bundled_model_dir):
     assert f"Resuming from checkpoint-{stopped_at}" in (run_dir / "train.log").read_text()
 
 
-def test_raising_reward_fails_the_run_with_its_name_and_sample(bundled_model_dir):
+def test_raising_reward_fails_the_run_with_its_name_and_sample(tiny_model_dir):
     code = "def reward(completions, **kwargs):\n    raise ValueError('cannot score this')\n"
-    run_dir = make_run("badreward", rewards=[RewardSpec("custom_python", 1.0, {"code": code})])
+    run_dir = make_run("badreward", model=str(tiny_model_dir), rewards=[RewardSpec("custom_python", 1.0, {"code": code})])
     refused = run(run_dir)
     assert refused.returncode == 1
     assert "--allow-custom-rewards" in status(run_dir)["error"]
@@ -55,10 +55,10 @@ def test_raising_reward_fails_the_run_with_its_name_and_sample(bundled_model_dir
     assert "Reward 'custom_python' raised ValueError: cannot score this on completion #0" in st["error"]
 
 
-def test_skip_policy_keeps_training_and_records_warnings(bundled_model_dir):
+def test_skip_policy_keeps_training_and_records_warnings(tiny_model_dir):
     code = ("def reward(completions, **kwargs):\n"
             "    return [float('nan') if i == 0 else 1.0 for i, _ in enumerate(completions)]\n")
-    run_dir = make_run("skipreward", max_steps=1, reward_errors="skip",
+    run_dir = make_run("skipreward", model=str(tiny_model_dir), max_steps=1, reward_errors="skip",
                        rewards=[RewardSpec("length_target"), RewardSpec("custom_python", 1.0, {"code": code})])
     proc = run(run_dir, "--allow-custom-rewards")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -68,20 +68,20 @@ def test_skip_policy_keeps_training_and_records_warnings(bundled_model_dir):
     assert first["rewards"]["custom_python"] is None and first["total"] is not None
 
 
-def test_vllm_without_a_gpu_fails_with_a_clear_message(bundled_model_dir):
-    run_dir = make_run("vllm", use_vllm=True)
+def test_vllm_without_a_gpu_fails_with_a_clear_message(tiny_model_dir):
+    run_dir = make_run("vllm", model=str(tiny_model_dir), use_vllm=True)
     proc = run(run_dir)
     assert proc.returncode == 1
     assert "use_vllm needs a CUDA GPU: turn it off to generate with transformers" in status(run_dir)["error"]
 
 
-def test_sigkill_during_a_checkpoint_save_reads_as_failed_and_resume_skips_every_half_checkpoint(bundled_model_dir):
+def test_sigkill_during_a_checkpoint_save_reads_as_failed_and_resume_skips_every_half_checkpoint(tiny_model_dir):
     """Kill the trainer while it is writing a checkpoint (caught in the act: folder there, marker not yet).
     The run reads as failed (crashed), and the resume skips that half checkpoint, a later one with weights
     but no marker, and a metrics line the kill tore. (One kill serves what used to be two tests.)"""
     import time
 
-    run_dir = make_run("kill-save", max_steps=60, save_steps=1)
+    run_dir = make_run("kill-save", model=str(tiny_model_dir), max_steps=500, save_steps=1)
     proc = start(run_dir)
     caught = None
     deadline = time.time() + 420
@@ -143,10 +143,10 @@ HANGING = ("import subprocess\n"
 
 
 @pytest.mark.parametrize("policy", ["fail", "skip"])
-def test_a_hanging_reward_is_named_and_leaves_no_process(bundled_model_dir, policy):
+def test_a_hanging_reward_is_named_and_leaves_no_process(tiny_model_dir, policy):
     import time
 
-    run_dir = make_run(f"hang-{policy}", max_steps=1, max_completion_length=8, probe_every=0, merge_at_end=False,
+    run_dir = make_run(f"hang-{policy}", model=str(tiny_model_dir), max_steps=1, max_completion_length=8, probe_every=0, merge_at_end=False,
                        reward_errors=policy, reward_timeout_s=2,
                        rewards=[RewardSpec("length_target"), RewardSpec("custom_python", 1.0, {"code": HANGING})])
     proc = start(run_dir, "--allow-custom-rewards")  # its own process group, as the app starts it
@@ -192,7 +192,7 @@ def test_a_full_disk_during_a_checkpoint_save_fails_in_plain_words_and_resumes(b
     assert f"Resuming from checkpoint-{resume_step}" in (run_dir / "train.log").read_text()
 
 
-def test_two_starts_at_the_same_moment_start_one_run(bundled_model_dir, monkeypatch):
+def test_two_starts_at_the_same_moment_start_one_run(tiny_model_dir, monkeypatch):
     """Two Starts race (two browser sessions, or the app and a script): exactly one run starts, the other
     hears why, and no half-made run folder is left. Creating a run folder is slowed down, as on a busy disk,
     so both Starts are inside the check-then-create window together."""
@@ -218,7 +218,8 @@ def test_two_starts_at_the_same_moment_start_one_run(bundled_model_dir, monkeypa
     def press_start(i: int):
         barrier.wait()
         try:
-            results.append(runner.start("train", cfg=RunConfig(**{**QUICK, "max_steps": 50}), label=f"race-{i}"))
+            results.append(runner.start("train", cfg=RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 500}),
+                                        label=f"race-{i}"))
         except runner.RunnerError as exc:
             results.append(exc)
 

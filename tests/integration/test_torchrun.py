@@ -11,7 +11,7 @@ from .helpers import status
 pytestmark = pytest.mark.slow
 
 
-def test_two_cpu_ranks_train_then_stop_reaches_every_rank_and_the_next_run_starts_at_once(bundled_model_dir):
+def test_two_cpu_ranks_train_then_stop_reaches_every_rank_and_the_next_run_starts_at_once(tiny_model_dir):
     """Two ranks train: each generates its own group and rank 0 logs both. Stop signals torchrun, which passes
     it to both ranks (each in its own session); they agree on the step, save, merge and exit, and a new run
     can start straight away. (One training serves both checks: a torchrun start costs about 30 s here.)"""
@@ -22,7 +22,8 @@ def test_two_cpu_ranks_train_then_stop_reaches_every_rank_and_the_next_run_start
 
     from .helpers import QUICK, wait_for
 
-    cfg = RunConfig(**{**QUICK, "max_steps": 50, "max_completion_length": 16, "merge_at_end": True})
+    cfg = RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 500, "max_completion_length": 16,
+                       "merge_at_end": True})
     run_dir = runner.start("train", cfg=cfg, label="torchrun-stop", nproc=2)
     wait_for(lambda: (runs.read_metrics(run_dir) or [{}])[-1].get("step", 0) >= 1, 900, "a first step")
     launcher = psutil.Process(runs.launcher(run_dir)["pid"])
@@ -51,12 +52,13 @@ def test_two_cpu_ranks_train_then_stop_reaches_every_rank_and_the_next_run_start
     assert steps and all(len(step["groups"]) == 2 for step in steps), [len(s["groups"]) for s in steps]
     assert [r["step"] for r in runs.read_metrics(run_dir)] == list(range(1, st["step"] + 1))
 
-    nxt = runner.start("train", cfg=RunConfig(**{**QUICK, "max_steps": 1}), label="after-stop")
+    nxt = runner.start("train", cfg=RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 1}),
+                       label="after-stop")
     assert runs.read_status(nxt)["state"] in runs.ACTIVE_STATES
     runner.stop("train", nxt, grace_s=300)
 
 
-def test_a_failure_on_rank_1_reaches_the_status_and_the_log_and_stop_ends_the_rest(bundled_model_dir):
+def test_a_failure_on_rank_1_reaches_the_status_and_the_log_and_stop_ends_the_rest(tiny_model_dir):
     """Rank 1's reward raises; rank 0 is left waiting for it in a collective. The run shows rank 1's own
     error (not 'crashed'), the log tail has rank 1's message, and Stop ends the processes that linger."""
     import psutil
@@ -71,7 +73,8 @@ def test_a_failure_on_rank_1_reaches_the_status_and_the_log_and_stop_ends_the_re
             "    if os.environ.get('RANK') == '1':\n"
             "        raise ValueError('only rank 1 cannot score this')\n"
             "    return [0.0 for _ in completions]\n")
-    cfg = RunConfig(**{**QUICK, "max_steps": 3, "max_completion_length": 8, "probe_every": 0,
+    cfg = RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 3, "max_completion_length": 8,
+                       "probe_every": 0,
                        "rewards": [RewardSpec("custom_python", 1.0, {"code": code})]})
     run_dir = runner.start("train", cfg=cfg, label="rank1-fails", nproc=2, allow_custom_rewards=True)
     st = wait_for(lambda: (s := runs.read_status(run_dir))["state"] == "failed" and s, 900, "the failed status")
