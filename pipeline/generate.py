@@ -202,6 +202,17 @@ class ModelChoice:
         return path
 
 
+def base_choice(choice: "str | ModelChoice") -> str | None:
+    """The base model a run or checkpoint choice was trained from, as a choice value; None for a base model
+    (it has no base of its own)."""
+    from pipeline.config import RunConfig
+
+    run_dir = ModelChoice.parse(choice).run_dir()
+    if run_dir is None:
+        return None
+    return ModelChoice("base", RunConfig.load(run_dir / run_files.CONFIG).model).value
+
+
 def chat_choices() -> list[tuple[str, str]]:
     """(label, value) for every model one can chat with: finished runs, their checkpoints, the catalog."""
     from pipeline.models import catalog_choices

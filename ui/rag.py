@@ -5,11 +5,12 @@ CSV, and the embedder."""
 from __future__ import annotations
 
 import html
+import queue
 import threading
 
 import gradio as gr
 
-from pipeline.generate import ModelCache, chat_choices, generation_error_message
+from pipeline.generate import ChatModelError, ModelCache, base_choice, chat_choices, generation_error_message
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
 from retrieval.chunks import PlotChunks
@@ -20,6 +21,11 @@ from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError, UpsertRepo
 from ui import uploads
 from ui.tab import PageLoad, Tab, TabContext
 from ui.chat import default_choice
+
+
+def choice_label(choice: str) -> str:
+    """The answering model as the dropdown names it (the value itself for a model typed in)."""
+    return next((label for label, value in chat_choices() if value == choice), str(choice))
 
 UPLOAD_TYPES = [".csv", ".tsv", ".jsonl"]
 MAP_FIELDS = [("title", "Title"), ("release_year", "Release year"), ("plot", "Plot"), ("genre", "Genre"),
@@ -66,6 +72,17 @@ def results_html(hits: list[Hit], filters: SearchFilters | None = None, used: li
     caption += " · highlighted: used in the answer</div>" if used else "</div>"
     return (caption + f"<table class='gs-table' id='rag-results-table'><tr><th>#</th><th>Title</th><th>Year</th>"
             f"<th>Genre</th><th>Director</th><th>{metric}</th><th>Plot</th></tr>" + "".join(rows) + "</table>")
+
+
+def labelled(title: str, text: str) -> str:
+    """An answer under the name of the model that gave it (side by side, each column says whose it is).
+
+    >>> print(labelled("Base: bundled/SmolLM2-135M-Instruct", "Psycho [2]"))
+    **Base: bundled/SmolLM2-135M-Instruct**
+    <BLANKLINE>
+    Psycho [2]
+    """
+    return f"**{title}**\n\n{text}"
 
 
 def used_markdown(hits: list[Hit], used: list[int]) -> str:
@@ -115,37 +132,85 @@ def make_handlers(store: MovieStore, cache: ModelCache, chunks: PlotChunks | Non
         prompt = prompt_text(build_messages(" ".join(str(query).split()), hits))
         return results_html(hits, filters) + keywords_note(query, mode), status_html(store.info()), "", prompt
 
-    def do_answer(query, year_min, year_max, genres, top_k, mode, choice, max_tokens, temperature, penalty,
+    def do_answer(query, year_min, year_max, genres, top_k, mode, choice, compare, max_tokens, temperature, penalty,
                   progress=gr.Progress()):
+        """Search, then stream the chosen model's answer; with `compare`, the base model it was trained from answers
+        from the same films at the same time, in the column beside it."""
         try:
             hits, filters = run_search(query, year_min, year_max, genres, top_k, mode, progress)
         except (SearchError, StoreError, movie_data.MovieDataError) as exc:
-            yield f"<div class='gs-error'>⚠️ {html.escape(str(exc))}</div>", gr.skip(), "", "", ""
+            yield f"<div class='gs-error'>⚠️ {html.escape(str(exc))}</div>", gr.skip(), "", "", "", gr.skip()
             return
         text = " ".join(str(query).split())
         messages = build_messages(text, hits)
         note = keywords_note(query, mode)
         table = results_html(hits, filters) + note
         status = status_html(store.info())
-        if not hits:
-            yield table, status, "Nothing to answer from: no film passed the filters.", "", prompt_text(messages)
-            return
-        yield table, status, "*Loading the model…*", "", prompt_text(messages)
-        stop = threading.Event()
-        answer = ""
         try:
-            model, tokenizer = cache.get(choice)
-            for answer in stream_answer(model, tokenizer, text, hits, max_new_tokens=int(max_tokens),
-                                        temperature=float(temperature), repetition_penalty=float(penalty),
-                                        stop=stop):
-                yield gr.skip(), gr.skip(), answer, gr.skip(), gr.skip()
-        except Exception as exc:  # noqa: BLE001 - shown in the tab, never a stack trace
-            yield gr.skip(), gr.skip(), generation_error_message(exc), "", gr.skip()
+            base = base_choice(choice) if compare else None
+        except ChatModelError as exc:
+            yield table, status, f"⚠️ {exc}", "", prompt_text(messages), gr.Markdown(visible=False)
             return
+        if compare and base is None:
+            side = gr.Markdown("*Compare with base needs a tuned run or checkpoint as the answering model: pick one "
+                               "above.*", visible=True)
+        else:
+            side = gr.Markdown("" if base else None, visible=bool(base))
+        if not hits:
+            yield (table, status, "Nothing to answer from: no film passed the filters.", "", prompt_text(messages),
+                   side)
+            return
+        targets = {"main": choice, **({"base": base} if base else {})}
+        titles = {"main": f"Tuned: {choice_label(choice)}", "base": f"Base: {base}"} if base else {}
+        shown = {key: "*Loading the model…*" for key in targets}
+
+        def view(key):
+            return labelled(titles[key], shown[key]) if titles else shown[key]
+
+        yield table, status, view("main"), "", prompt_text(messages), (
+            gr.Markdown(view("base"), visible=True) if base else side)
+        answers = {key: "" for key in targets}
+        updates: queue.Queue = queue.Queue()
+        stop = threading.Event()
+
+        def answer_with(key: str, picked: str):
+            try:
+                model, tokenizer = cache.get(picked)
+                for partial in stream_answer(model, tokenizer, text, hits, max_new_tokens=int(max_tokens),
+                                             temperature=float(temperature), repetition_penalty=float(penalty),
+                                             stop=stop):
+                    updates.put((key, partial, None))
+            except Exception as exc:  # noqa: BLE001 - shown in the tab, never a stack trace
+                updates.put((key, None, generation_error_message(exc)))
+            finally:
+                updates.put((key, None, ""))
+
+        threads = [threading.Thread(target=answer_with, args=item, daemon=True) for item in targets.items()]
+        for thread in threads:
+            thread.start()
+        pending, failed = len(threads), set()
+        try:
+            while pending:
+                key, partial, error = updates.get()
+                if partial is None:
+                    if error:
+                        failed.add(key)
+                        shown[key] = error
+                    else:
+                        pending -= 1
+                        continue
+                else:
+                    answers[key] = shown[key] = partial
+                yield (gr.skip(), gr.skip(), view("main") if key == "main" else gr.skip(), gr.skip(), gr.skip(),
+                       view("base") if key == "base" else gr.skip())
         finally:
             stop.set()  # Stop pressed or page closed: end generation
-        used = films_used(answer, hits)
-        yield results_html(hits, filters, used) + note, gr.skip(), answer, used_markdown(hits, used), gr.skip()
+        if "main" in failed:
+            yield gr.skip(), gr.skip(), view("main"), "", gr.skip(), gr.skip()
+            return
+        used = films_used(answers["main"], hits)
+        yield results_html(hits, filters, used) + note, gr.skip(), view("main"), used_markdown(hits, used), gr.skip(), \
+            gr.skip()
 
     return do_search, do_answer
 
@@ -325,21 +390,26 @@ def build(ctx: TabContext) -> Tab:
                     top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Top-k films")
                     mode = gr.Radio(search_modes.choices(), value=DEFAULT_MODE, label="Search",
                                     elem_id="rag-mode")
-                model = gr.Dropdown(label="Answering model", choices=chat_choices(), value=default_choice(),
-                                    elem_id="rag-model")
+                with gr.Row():
+                    model = gr.Dropdown(label="Answering model", choices=chat_choices(), value=default_choice(),
+                                        elem_id="rag-model", scale=3)
+                    compare = gr.Checkbox(label="Compare with base", value=False, elem_id="rag-compare", scale=1,
+                                          info="a tuned run's base model answers from the same films, beside it")
                 with gr.Row():
                     search_btn = gr.Button("Search", elem_id="rag-search", scale=2, min_width=80)
                     answer_btn = gr.Button("Search & answer", variant="primary", elem_id="rag-answer", scale=3,
                                            min_width=120)
                     stop_btn = gr.Button("Stop", elem_id="rag-stop", scale=1, min_width=60)
                 with gr.Accordion("Answer settings", open=False):
-                    max_tokens = gr.Slider(16, 512, value=160, step=16, label="Max new tokens")
+                    max_tokens = gr.Slider(16, 512, value=160, step=16, label="Max new tokens", elem_id="rag-max-tokens")
                     temperature = gr.Slider(0, 1.5, value=0.0, step=0.05, label="Temperature (0 = greedy)")
                     penalty = gr.Slider(1.0, 2.0, value=REPETITION_PENALTY, step=0.05, label="Repetition penalty",
                                         info="1 = off; small models loop without it")
             with gr.Column(scale=3):
-                answer = gr.Markdown("<div class='gs-empty'>The answer appears here, streamed.</div>",
-                                     elem_id="rag-answer-text")
+                with gr.Row():
+                    answer = gr.Markdown("<div class='gs-empty'>The answer appears here, streamed.</div>",
+                                         elem_id="rag-answer-text")
+                    base_answer = gr.Markdown(visible=False, elem_id="rag-base-answer-text")
                 used = gr.Markdown(elem_id="rag-used")
                 results = gr.HTML("<div class='gs-empty'>Results appear here: title, year, genre, distance and "
                                   "plot of each film found.</div>", elem_id="rag-results")
@@ -370,11 +440,11 @@ def build(ctx: TabContext) -> Tab:
     search_inputs = [query, year_min, year_max, genres, top_k, mode]
     search_btn.click(do_search, search_inputs, [results, status, used, prompt], concurrency_id="rag_search",
                      concurrency_limit=4)
-    answer_event = answer_btn.click(do_answer, search_inputs + [model, max_tokens, temperature, penalty],
-                                    [results, status, answer, used, prompt], concurrency_id="chat",
+    answer_inputs = search_inputs + [model, compare, max_tokens, temperature, penalty]
+    answer_outputs = [results, status, answer, used, prompt, base_answer]
+    answer_event = answer_btn.click(do_answer, answer_inputs, answer_outputs, concurrency_id="chat",
                                     concurrency_limit=2)
-    submit_event = query.submit(do_answer, search_inputs + [model, max_tokens, temperature, penalty],
-                                [results, status, answer, used, prompt], concurrency_id="chat", concurrency_limit=2)
+    submit_event = query.submit(do_answer, answer_inputs, answer_outputs, concurrency_id="chat", concurrency_limit=2)
     stop_btn.click(None, None, None, cancels=[answer_event, submit_event])
     table_outputs = [table_msg, status, genres, embedder]
     write = dict(concurrency_id="rag_write", concurrency_limit=1)

@@ -114,3 +114,38 @@ def test_big_upload_shows_time_left_and_cancel_keeps_whole_batches(page, app_url
     page.locator("#rag-cancel-ingest").click()
     expect(page.get_by_text("Cancelled after writing 512 of the 600")).to_be_visible(timeout=400_000)
     page.screenshot(path=str(ARTIFACTS / "rag-05-upload-cancelled.png"), full_page=True)
+
+
+def test_compare_with_base_answers_from_the_same_films_side_by_side(page, app_url, bundled_model_dir):
+    """A tuned run as the answering model, *Compare with base* ticked: its base model answers from the same
+    retrieved films in a column of its own, each column named."""
+    from tests.integration.helpers import evaluable_run
+
+    run_dir = evaluable_run("rag-compare", bundled_model_dir)
+    page.goto(app_url)
+    page.get_by_role("tab", name="RAG").click()
+    page.locator("#rag-model input").click()
+    page.get_by_role("option", name=f"{run_dir.name} (tuned, final)", exact=True).click()
+    page.locator("#rag-compare input").check()
+    page.get_by_text("Answer settings").click()  # short answers: two models share the CPU
+    tokens = page.locator("#rag-max-tokens input[type=number]")
+    expect(tokens).to_be_visible()
+    page.wait_for_timeout(500)  # a closed accordion's fields reset what is typed the moment they mount
+    tokens.fill("48")
+    tokens.press("Enter")
+    expect(tokens).to_have_value("48")
+    page.locator("#rag-query textarea").fill("A story told by someone who is already dead")
+    page.locator("#rag-answer").click()
+    tuned, base = page.locator("#rag-answer-text"), page.locator("#rag-base-answer-text")
+    expect(tuned).to_contain_text(f"Tuned: {run_dir.name}", timeout=240_000)
+    expect(base).to_contain_text("Base: bundled/SmolLM2-135M-Instruct", timeout=60_000)
+    expect(page.locator("#rag-used")).to_have_text(re.compile(r"Drew on|names none"), timeout=240_000)
+    for column in (tuned, base):  # both answered: more than the name and the loading line
+        expect(column).not_to_contain_text("Loading the model", timeout=60_000)
+    assert len(base.inner_text().strip()) > len("Base: bundled/SmolLM2-135M-Instruct") + 3
+    page.screenshot(path=str(ARTIFACTS / "rag-03-compare.png"), full_page=True)
+
+    # Untick it: one column again.
+    page.locator("#rag-compare input").uncheck()
+    page.locator("#rag-answer").click()
+    expect(base).to_be_hidden(timeout=60_000)

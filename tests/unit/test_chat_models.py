@@ -69,6 +69,16 @@ def test_unmerged_run_and_bad_names_give_clear_messages():
         generate._load_choice("ckpt:zz-busy:9")
 
 
+def test_the_base_of_a_run_or_checkpoint_is_the_model_it_was_trained_from():
+    """What the RAG tab's *Compare with base* answers with."""
+    _run("zz-based", merged=True, checkpoint=2, state="finished")
+    trained_from = runs.read_json(runs.resolve_run("zz-based") / run_files.CONFIG)["model"]
+    assert generate.base_choice("run:zz-based") == generate.base_choice("ckpt:zz-based:2") == trained_from
+    assert generate.base_choice("bundled/SmolLM2-135M-Instruct") is None  # a base model has no base
+    with pytest.raises(ChatModelError, match="no run named"):
+        generate.base_choice("run:zz-never-made")
+
+
 def test_chatbot_content_formats():
     assert content_text("hi") == "hi"
     assert content_text([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]) == "ab"
