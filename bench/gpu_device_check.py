@@ -56,7 +56,7 @@ SMOKE_SHAPES = {
     "tiny-llama": (ModelShape(64, 2, 4, 2, 128, 49152, True, False), "llama"),
     "tiny-qwen2": (ModelShape(64, 2, 4, 2, 128, 49152, True, True), "qwen2"),
 }
-# The presets' settings a size-table row takes (pipeline/config.py: PRESETS); the rest are the defaults.
+# The presets' settings a size-table row takes (pipeline/presets.py: PRESETS); the rest are the defaults.
 PRESET_FIELDS = ("num_generations", "batch_size", "learning_rate", "max_completion_length", "gradient_checkpointing",
                  "lora_r", "lora_alpha", "fast_engine", "lr_scheduler", "warmup_steps", "scale_rewards")
 PRESET_NAMES = {"GPU standard": "GPU standard", "GSM8K": "GSM8K on GPU: Qwen2.5-0.5B-Instruct"}
@@ -418,7 +418,8 @@ def part_versus(ctx) -> None:
 def size_rows(ctx) -> list[dict]:
     """Every (shape, preset, checkpointing) row, each with the estimate: the presets' own setting (checkpointing on)
     first, then the others that the estimate says fit, then those it says do not (run last, to see the OOM)."""
-    from pipeline.config import PRESETS, RunConfig
+    from pipeline.config import RunConfig
+    from pipeline.presets import PRESETS
 
     rows = []
     for preset, full_name in PRESET_NAMES.items():

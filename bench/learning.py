@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.report import save  # noqa: E402
 from pipeline import runs  # noqa: E402
-from pipeline.config import PRESETS, RunConfig, apply_preset  # noqa: E402
+from pipeline.config import RunConfig  # noqa: E402
+from pipeline.presets import PRESETS, apply_preset  # noqa: E402
 from pipeline.models import ensure_bundled_model  # noqa: E402
 
 

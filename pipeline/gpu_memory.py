@@ -11,11 +11,9 @@ A step has three phases that do not overlap in time, so the peak is the largest 
   log-prob computation, and (fp16 mixed precision) the fp16 copies of the weights that autocast keeps.
 The LoRA weights, gradients and Adam moments stay for the whole run.
 
-Checked against three peaks measured on an H100 (tests/unit/test_gpu_memory.py). Which terms are measured and
-which are not yet: the weights, LoRA state and per-layer activation counts follow from what PyTorch keeps for the
-backward pass (counted on the CPU with saved-tensor hooks for this model family); the CUDA context, the allocator
-slack, the runtime buffers and the 4-bit (QLoRA) terms are assumptions until the size table in docs/gpu.md is
-measured (bench/gpu_device_check.sh).
+Checked against three peaks measured on an H100 (tests/unit/test_gpu_memory.py). The weights, LoRA state and
+per-layer activation counts follow from what PyTorch keeps for the backward pass; the CUDA context, allocator slack,
+runtime buffers and 4-bit (QLoRA) terms are assumptions until docs/gpu.md's size table is measured.
 """
 
 from __future__ import annotations
@@ -25,8 +23,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-GIB = 2 ** 30
-MIB = 2 ** 20
+GIB, MIB = 2 ** 30, 2 ** 20
 
 # The linear layers of one decoder block of a Llama/Qwen2-style model, as PEFT names them.
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -227,7 +224,7 @@ def estimate(shape: ModelShape, s: MemorySettings) -> MemoryEstimate:
     act = 4 if precision == "fp32" else 2  # bytes of an activation: autocast's dtype, or fp32 without it
     weight_bytes = {"bf16": 2, "fp16": 4, "fp32": 4}[precision]  # fp16 is mixed: the weights stay fp32
     lora_bytes = 2 if quantized else 4  # PEFT keeps LoRA in fp32; TRL casts it to bf16 under QLoRA
-    # Which of the fast engine's paths run (pipeline/train.py, pipeline/engine.py): the merged sampling needs a
+    # Which of the fast engine's paths run (pipeline/grpo_trainer.py, pipeline/engine.py): the merged sampling needs a
     # LoRA it can fold into full-precision weights and no vLLM; the shared-prompt log-probs also need the key/value
     # cache, which gradient checkpointing turns off.
     fast_sampling = s.fast_engine and not quantized and not s.vllm_bytes

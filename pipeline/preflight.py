@@ -92,7 +92,7 @@ def trainer_check(cfg: RunConfig) -> Check:
     from pathlib import Path
 
     from pipeline.models import ModelError, gpu_count, pick_device, resolve_precision, runtime_problems
-    from pipeline.train import grpo_args, trainer_refusals
+    from pipeline.grpo_trainer import grpo_args, trainer_refusals
 
     device = pick_device()
     problems = []

@@ -3,7 +3,7 @@
 The form is keyed by name: RunConfig field names for the settings, DatasetSpec field names for the prompts,
 plus "model_custom", "rewards" (the table) and "signal_prompts" (the prompts the learnability scan kept, held
 by the page). The settings shown are the RunConfig fields marked for the form in their metadata
-(`pipeline.config._form`), in dataclass order, so a new field there needs no edit here.
+(`pipeline.fields._form`), in dataclass order, so a new field there needs no edit here.
 No gradio import: this is tested as plain Python.
 """
 

@@ -53,7 +53,7 @@ def test_a_run_that_keeps_the_scanned_prompts_records_them_and_trains_on_exactly
     """Through the Train tab's Start handler: the kept prompts go into config.json, and every group the trainer
     samples is one of them (two prompts, one step)."""
     from ui.form import config_to_form
-    from ui.train import start_training
+    from ui.train_form import start_training
 
     cfg = RunConfig(**{**QUICK, "num_generations": 2, "batch_size": 4, "max_completion_length": 8, "max_steps": 1},
                     rewards=CHEAP, keep_signal_prompts=True)

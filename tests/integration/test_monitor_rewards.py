@@ -64,7 +64,7 @@ def _scored_trainer(tmp_path, funcs, weights, scale_rewards):
     from transformers import LlamaConfig, LlamaForCausalLM
     from trl import GRPOConfig
 
-    from pipeline.train import StepClock, make_trainer_class
+    from pipeline.grpo_trainer import StepClock, make_trainer_class
 
     torch.manual_seed(0)
     tokenizer = _tokenizer()

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from pipeline import runs
-from pipeline.config import RunConfig, apply_preset
+from pipeline.config import RunConfig
+from pipeline.presets import apply_preset
 
 from .helpers import QUICK, ROOT, run
 

@@ -272,7 +272,7 @@ def test_unexpected_file_types_are_refused_and_not_stored(app_url, tmp_path, api
     from gradio_client import Client, handle_file
 
     from ui import rag as rag_ui
-    from ui import train as train_ui
+    from ui import train_form as train_ui
 
     accepted = {"/store_upload": train_ui.UPLOAD_TYPES, "/receive_upload": rag_ui.UPLOAD_TYPES}[api_name]
     uploads = runs.data_dir() / "uploads"

@@ -94,7 +94,7 @@ def _stop_flag_worker(rank: int, port: int, out):
 
     import torch.distributed as dist
 
-    from pipeline.train import agree_to_stop
+    from pipeline.grpo_trainer import agree_to_stop
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:

@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from pipeline.config import PRESETS, ConfigError, DatasetSpec, RewardSpec, RunConfig, apply_preset
+from pipeline.config import ConfigError, DatasetSpec, RewardSpec, RunConfig
+from pipeline.presets import PRESETS, apply_preset
 from ui.form import form_fields
 
 
@@ -119,7 +120,7 @@ def test_a_field_range_in_metadata_is_checked_like_choices():
     and the range, and the form's number box gets the same inclusive bounds."""
     import dataclasses
 
-    from pipeline.config import _form
+    from pipeline.fields import _form
     from ui.form import number_bounds
 
     @dataclasses.dataclass
@@ -141,12 +142,12 @@ def test_a_field_range_in_metadata_is_checked_like_choices():
 def test_the_train_forms_number_boxes_take_the_fields_bounds():
     import gradio as gr
 
-    from ui import train
+    from ui import train_form
 
     fields = {f.name: f for f in dataclasses.fields(RunConfig)}
     with gr.Blocks():
-        box = train.hyper_component(fields["top_p"], 1.0)
-        steps = train.hyper_component(fields["save_steps"], 10)
+        box = train_form.hyper_component(fields["top_p"], 1.0)
+        steps = train_form.hyper_component(fields["save_steps"], 10)
     assert (box.minimum, box.maximum) == (None, 1)
     assert (steps.minimum, steps.maximum) == (1, None)
     assert RunConfig(save_steps=0).problems() == ["save_steps must be at least 1 (got 0)."]

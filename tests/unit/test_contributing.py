@@ -11,7 +11,7 @@ GUIDE = ROOT / "CONTRIBUTING.md"
 NAME = re.compile(r"^[\w.-]+/?$")  # a file or folder name as the layout's first column spells it
 FILE_IN_TEXT = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:py|jsonl|css|md|sh|txt))\b")
 FOLDER_IN_TEXT = re.compile(r"(?<![\w/.-])((?:[\w-]+/)+)(?=[\s,;)]|$)")
-# `ui/views.py: CHARTS`, `app.py: tab_builders()`, `pipeline/config.py:RunConfig`
+# `ui/charts.py: CHARTS`, `app.py: tab_builders()`, `pipeline/config.py:RunConfig`
 POINTER = re.compile(r"`((?:[\w-]+/)*[\w-]+\.py): ?([A-Za-z_]\w*)")
 # `jobstate.write_state`, `jobs.declare(Job(...))`: a module of ours and a name in it
 MODULE_NAME = re.compile(r"`([a-z_]+)\.([A-Za-z_]\w*)")

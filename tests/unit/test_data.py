@@ -98,7 +98,8 @@ def test_gsm8k_preset_fails_fast_and_plainly_offline(monkeypatch):
     """The GPU preset is online only: offline, its dataset and its model each say so within seconds."""
     import time
 
-    from pipeline.config import RunConfig, apply_preset
+    from pipeline.config import RunConfig
+    from pipeline.presets import apply_preset
     from pipeline.models import ModelError, resolve_model
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -132,7 +133,7 @@ def test_deeply_nested_json_is_refused_with_a_message(tmp_path, suffix, text):
     from pipeline.config import ConfigError
     from retrieval.movies import MovieDataError, read_table as read_films
     from ui.form import rewards_from_rows
-    from ui.train import store_upload
+    from ui.train_form import store_upload
 
     path = tmp_path / f"deep{suffix}"
     path.write_text(text)

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from pipeline.config import PRESETS, RunConfig, apply_preset
+from pipeline.config import RunConfig
+from pipeline.presets import PRESETS, apply_preset
 from pipeline.data import load_dataset_split, movie_rows, split_rows
 from pipeline.movie_questions import QUESTION_PREFIX, question_for
 from pipeline.rewards import FilmCitation, MovieTitle, reward_registry

@@ -191,7 +191,7 @@ def test_every_run_name_entry_point_answers_a_bad_name_with_a_reason(name):
     One check, runs.run_name_problem, runs before any name reaches the file system."""
     from pipeline import live
     from pipeline.generate import ChatModelError, run_for_choice
-    from ui import train
+    from ui import live_view, runs_panel
 
     problem = runs.run_name_problem(name)
     assert problem and "run name" in problem or "No run picked" in problem, problem
@@ -199,10 +199,10 @@ def test_every_run_name_entry_point_answers_a_bad_name_with_a_reason(name):
     stamps = live.stamps(name, name)
     assert stamps["progress"] == stamps["jobs"].split(";")[0] == f"refused: {problem}"
     assert live.stamps(name, name) == stamps  # the next poll finds nothing moved: nothing is redrawn
-    view = train.live_view(name, 0, "latest", name)
+    view = live_view.live_view(name, 0, "latest", name)
     assert "data-state='refused'" in view["progress"] and view["log"] == ""
-    assert train.stop_training(name) == "Pick a run to stop."
-    assert train.delete_run(name, True) == ("Pick a run to delete.", False)
+    assert runs_panel.stop_training(name) == "Pick a run to stop."
+    assert runs_panel.delete_run(name, True) == ("Pick a run to delete.", False)
     if isinstance(name, str):
         with pytest.raises(ChatModelError):
             run_for_choice("run:" + name)

@@ -97,7 +97,7 @@ def test_a_dataset_folder_outside_is_never_read(secret_folder):
     """The Train tab's hub dataset field with a server folder: refused before any loader runs; the Preview
     shows the reason, never the folder's rows."""
     from ui.form import config_to_form
-    from ui.train import preview_dataset
+    from ui.train_form import preview_dataset
 
     spec = DatasetSpec(source="hub", hub_id=str(secret_folder), prompt_column="text")
     with pytest.raises(DatasetError, match="outside the folders this app reads datasets from") as refused:
