@@ -23,18 +23,18 @@ import time
 import traceback
 from pathlib import Path
 
-from pipeline.config import ConfigError, RunConfig
-from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
+from pipeline.setup.config import ConfigError, RunConfig
+from pipeline.setup.data import DatasetError, check_prompt_budget, load_dataset_split
 from pipeline.rewards import GuardedReward, RewardFunctionError, build_rewards, wait_for_reward_threads
-from pipeline import run_files, runs
-from pipeline.grpo_trainer import StepClock, agree_to_stop, grpo_args, make_callback, make_trainer_class
-from pipeline.jobs import TRAIN
-from pipeline.jobstate import job_worker
-from pipeline.paths import keep_private
-from pipeline.reward_check import needs_isolation
+from pipeline.run_folder import run_files, runs
+from pipeline.training.grpo_trainer import StepClock, agree_to_stop, grpo_args, make_callback, make_trainer_class
+from pipeline.run_folder.jobs import TRAIN
+from pipeline.run_folder.jobstate import job_worker
+from pipeline.run_folder.paths import keep_private
+from pipeline.setup.reward_check import needs_isolation
 from pipeline.rewards.custom import NO_TOKEN_HINT
-from pipeline.processes import end_children
-from pipeline.probes import make_probe_callbacks
+from pipeline.run_folder.processes import end_children
+from pipeline.training.probes import make_probe_callbacks
 
 log = logging.getLogger("grpo_studio.train")
 
@@ -69,7 +69,7 @@ def setup_logging(run_dir: Path) -> None:
 def model_load_kwargs(cfg: RunConfig, precision: str, device: str) -> dict:
     """from_pretrained arguments. We load the model ourselves, so the 4-bit (QLoRA) quantization config must
     be given here: TRL only applies its own when it is handed a model id."""
-    from pipeline.models import torch_dtype
+    from pipeline.models.loading import torch_dtype
 
     kwargs = {"dtype": torch_dtype(precision, training=True)}
     if device == "cuda":
@@ -144,7 +144,7 @@ def set_up_runtime(cfg: RunConfig, run_dir: Path, main: bool) -> tuple[str, str]
     """Device, precision and threads for this process; refuses what this machine can't run."""
     import torch
 
-    from pipeline.models import device_warning, pick_device, resolve_precision, runtime_problems
+    from pipeline.models.loading import device_warning, pick_device, resolve_precision, runtime_problems
 
     device = pick_device()
     precision = resolve_precision(cfg.precision, device)
@@ -172,11 +172,11 @@ def load_prompts(cfg: RunConfig, tokenizer, run_dir: Path, main: bool) -> tuple[
     """Training and held-out rows (only the scan's prompts with signal when the run keeps them), and the longest
     training prompt in tokens; every training prompt must fit the prompt budget. Rank 0 writes the held-out
     prompts into the run folder (evaluation reads them later)."""
-    from pipeline.models import count_prompt_tokens
+    from pipeline.models.loading import count_prompt_tokens
 
     train_rows, eval_rows = load_dataset_split(cfg.dataset, cfg.seed)
     if cfg.keep_signal_prompts:  # only the prompts the learnability scan found signal on
-        from pipeline.learnability import keep_prompts
+        from pipeline.training.learnability import keep_prompts
 
         train_rows = keep_prompts(train_rows, cfg.signal_prompts)
         log.info("Keeping the %d prompts the learnability scan found signal on", len(train_rows))
@@ -229,7 +229,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, model_path: str, tokenizer, dev
 def generation_engine(cfg: RunConfig, trainer, device: str, longest_prompt: int = 0):
     """The static decoder when completions are sampled through it (else None), and what the run header shows:
     {"generation": "static" | "eager", "generation_note": why static isn't used, or None}."""
-    from pipeline import static_decode
+    from pipeline.models import static_decode
 
     def problem():
         return static_decode.run_problem(
@@ -294,7 +294,7 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
     device, precision = set_up_runtime(cfg, run_dir, main)
 
     # 3. Data: the tokenizer, the training prompts (within the prompt budget) and the held-out ones.
-    from pipeline.models import ModelError, load_tokenizer, resolve_model
+    from pipeline.models.loading import ModelError, load_tokenizer, resolve_model
 
     try:
         model_path = resolve_model(cfg.model)
@@ -330,7 +330,7 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
-    keep_private()  # run files and models for this user's eyes only; its environment unreadable (pipeline/paths.py)
+    keep_private()  # run files and models for this user's eyes only; its environment unreadable (pipeline/run_folder/paths.py)
     parser = argparse.ArgumentParser(prog="python -m pipeline.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", required=True, help="Run directory (config.json is read from here).")
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                              "a run the app starts inherits the app's).")
     args = parser.parse_args(argv)
     if args.allow_local_dir:
-        from pipeline.sources import SourceRefused, allow_local_dirs, allowed_dirs
+        from pipeline.models.sources import SourceRefused, allow_local_dirs, allowed_dirs
 
         try:
             allow_local_dirs([*allowed_dirs()[1:], *args.allow_local_dir])
@@ -386,7 +386,7 @@ def failure(run_dir: Path, exc: BaseException) -> str:
     """What status.json says when training fails: the reason in words (a full disk, out of memory, a bad
     setting), with the traceback in the log. Any rank's failure ends the run with its real message: rank 0
     may be waiting for this rank in a collective and never get to say why."""
-    from pipeline.models import ModelError, is_out_of_memory, out_of_memory_message
+    from pipeline.models.loading import ModelError, is_out_of_memory, out_of_memory_message
 
     if isinstance(exc, (ConfigError, DatasetError, RewardFunctionError)):  # said in words: no traceback needed
         message = str(exc)

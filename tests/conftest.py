@@ -26,6 +26,6 @@ def studio_data(tmp_path_factory):
 @pytest.fixture(scope="session")
 def bundled_model_dir(studio_data):
     """The bundled SmolLM2 converted once per session (about 30 s on CPU)."""
-    from pipeline.models import ensure_bundled_model
+    from pipeline.models.loading import ensure_bundled_model
 
     return ensure_bundled_model()

@@ -1,6 +1,6 @@
 """The Train tab's live view of the shown run: progress, charts, health, probes, groups and log, redrawn part
 by part. The page's poll (ui/watch.py) presses the live view's Refresh when a part's stamp moved
-(pipeline/live.py), and `live_view` redraws those parts alone."""
+(pipeline/run_folder/live.py), and `live_view` redraws those parts alone."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import gradio as gr
 
-from pipeline import live, runs
-from pipeline.config import RunConfig
+from pipeline.run_folder import live, runs
+from pipeline.setup.config import RunConfig
 from ui import charts, probes_view, views
 from ui.runs_panel import eval_view, plot, run_path, runs_table
 
@@ -25,7 +25,7 @@ def snap_config(snap: runs.Snapshot) -> RunConfig | None:
         return None
 
 
-# The live view's parts (pipeline/live.py stamps each one) and the outputs each part redraws, by name. Their
+# The live view's parts (pipeline/run_folder/live.py stamps each one) and the outputs each part redraws, by name. Their
 # order is the order the API returns the outputs in.
 PART_OUTPUTS = {
     "progress": ("progress",),

@@ -9,7 +9,7 @@ import threading
 
 import gradio as gr
 
-from pipeline.generate import ModelCache, chat_choices, generation_error_message
+from pipeline.training.generate import ModelCache, chat_choices, generation_error_message
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
 from retrieval.chunks import PlotChunks

@@ -10,9 +10,10 @@ from typing import Any
 
 import gradio as gr
 
-from pipeline import run_files, runner, runs
-from pipeline.jobs import EVAL_LIMIT
-from pipeline.models import gpu_count
+from pipeline import runner
+from pipeline.run_folder import run_files, runs
+from pipeline.run_folder.jobs import EVAL_LIMIT
+from pipeline.models.loading import gpu_count
 from ui import charts, views
 from ui.tab import acting
 
@@ -35,7 +36,7 @@ def free_gpu_for_training() -> None:
     give their memory back (they load again on the next chat or search). Nothing to do without a GPU."""
     if not gpu_count():
         return
-    from pipeline.generate import release_models
+    from pipeline.training.generate import release_models
     from retrieval.embedder import release_embedders
 
     release_models()

@@ -12,10 +12,10 @@ from typing import Any
 
 import gradio as gr
 
-from pipeline.config import BUNDLED_MODEL_ID, RunConfig
-from pipeline.models import catalog_choices, gpu_count
-from pipeline.preflight import SCAN_PROMPTS
-from pipeline.presets import PRESETS
+from pipeline.setup.config import BUNDLED_MODEL_ID, RunConfig
+from pipeline.models.loading import catalog_choices, gpu_count
+from pipeline.training.preflight import SCAN_PROMPTS
+from pipeline.setup.presets import PRESETS
 from ui import charts, probes_view, views, watch
 from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, reward_rows

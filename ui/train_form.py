@@ -12,11 +12,12 @@ from typing import Any
 
 import gradio as gr
 
-from pipeline import run_files, runner, runs
-from pipeline.config import ConfigError, RunConfig
-from pipeline.data import DatasetError, load_rows, read_table
-from pipeline.models import check_processes, gpu_count
-from pipeline.presets import apply_preset
+from pipeline import runner
+from pipeline.run_folder import run_files, runs
+from pipeline.setup.config import ConfigError, RunConfig
+from pipeline.setup.data import DatasetError, load_rows, read_table
+from pipeline.models.loading import check_processes, gpu_count
+from pipeline.setup.presets import apply_preset
 from pipeline.rewards import reward_registry
 from ui import uploads, views
 from ui.form import config_to_form, form_to_config, number_bounds
@@ -90,7 +91,7 @@ def preview_dataset(progress=gr.Progress(), **form):
         progress(0.2, desc="Reading prompts")
         rows = load_rows(cfg.dataset)[:3]
         progress(0.5, desc="Loading the tokenizer (the bundled model is converted once, ~30 s)")
-        from pipeline.models import count_prompt_tokens, load_tokenizer, resolve_model
+        from pipeline.models.loading import count_prompt_tokens, load_tokenizer, resolve_model
 
         tok = load_tokenizer(resolve_model(cfg.model))
         shown = []
@@ -104,7 +105,7 @@ def preview_dataset(progress=gr.Progress(), **form):
 
 
 def run_preflight(allow_custom: bool, progress=gr.Progress(), **form):
-    from pipeline.preflight import preflight
+    from pipeline.training.preflight import preflight
 
     try:
         cfg = form_to_config(form)
@@ -119,10 +120,10 @@ def run_preflight(allow_custom: bool, progress=gr.Progress(), **form):
 
 def make_scanner(cache) -> Callable[..., tuple[str, Any]]:
     """The "Learnability scan" handler: samples with the app's one ModelCache (shared with Chat, RAG and the
-    reward bench), then pipeline/preflight.py does the rest. Returns the scan's view and the prompts it kept."""
+    reward bench), then pipeline/training/preflight.py does the rest. Returns the scan's view and the prompts it kept."""
 
     def learnability_scan(allow_custom: bool, prompts, progress=gr.Progress(), **form):
-        from pipeline.preflight import learnability_scan as scan
+        from pipeline.training.preflight import learnability_scan as scan
 
         try:
             cfg = form_to_config(form)

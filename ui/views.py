@@ -8,8 +8,8 @@ import html
 
 import pandas as pd
 
-from pipeline.advantages import STD_EPS, group_stats
-from pipeline.health import health_warnings
+from pipeline.rewards.advantages import STD_EPS, group_stats
+from pipeline.training.health import health_warnings
 from ui.charts import _finite, monitor_label
 from ui.probes_view import _score, _task_key
 
@@ -271,7 +271,7 @@ def push_markdown(name: str, status: dict | None) -> str | None:
     return f"⚠️ {status.get('error') or 'Push failed: see push.log in the run folder.'}"
 
 
-# ---- learnability scan: which prompts carry signal (pipeline/learnability.py) -------------------
+# ---- learnability scan: which prompts carry signal (pipeline/training/learnability.py) -------------------
 
 SCAN_REASONS = {"signal": "signal", "all_max": "all full marks", "all_zero": "none earned {rewards}",
                 "constant": "all the same score", "unscored": "not scored"}

@@ -2,8 +2,8 @@
 
 import pytest
 
-from pipeline.config import DatasetSpec, RewardSpec, RunConfig
-from pipeline.preflight import preflight
+from pipeline.setup.config import DatasetSpec, RewardSpec, RunConfig
+from pipeline.training.preflight import preflight
 
 pytestmark = pytest.mark.slow
 

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from pipeline.config import ConfigError, DatasetSpec, RewardSpec, RunConfig
-from pipeline.presets import PRESETS, apply_preset
+from pipeline.setup.config import ConfigError, DatasetSpec, RewardSpec, RunConfig
+from pipeline.setup.presets import PRESETS, apply_preset
 from ui.form import form_fields
 
 
@@ -93,7 +93,7 @@ def test_keep_checkpoints_defaults_to_three_and_explains_itself():
 
 
 def test_gpu_and_grpo_options_are_checked_in_plain_words():
-    from pipeline.config import RunConfig
+    from pipeline.setup.config import RunConfig
 
     assert RunConfig().problems() == []
     bad = RunConfig(scale_rewards="std", importance_sampling_level="seq", lr_scheduler="warmup", report_to="wandb",
@@ -109,7 +109,7 @@ def test_gpu_and_grpo_options_are_checked_in_plain_words():
 
 
 def test_configs_written_with_a_boolean_scale_rewards_still_load():
-    from pipeline.config import RunConfig
+    from pipeline.setup.config import RunConfig
 
     assert RunConfig.from_dict({"scale_rewards": True}).scale_rewards == "group"
     assert RunConfig.from_dict({"scale_rewards": False}).scale_rewards == "none"
@@ -120,7 +120,7 @@ def test_a_field_range_in_metadata_is_checked_like_choices():
     and the range, and the form's number box gets the same inclusive bounds."""
     import dataclasses
 
-    from pipeline.fields import _form
+    from pipeline.setup.fields import _form
     from ui.form import number_bounds
 
     @dataclasses.dataclass

@@ -1,4 +1,4 @@
-from pipeline.health import health_warnings
+from pipeline.training.health import health_warnings
 from ui import charts, views
 
 

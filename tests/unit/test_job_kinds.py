@@ -9,11 +9,12 @@ import sys
 
 import pytest
 
-from pipeline import jobs, jobstate, live, run_files, runner, runs
+from pipeline import runner
+from pipeline.run_folder import jobs, jobstate, live, run_files, runs
 from tests.integration.helpers import poll as _wait
 
 DECLARATION = '''"""The fake job's declaration: what runs, its files and who writes which state."""
-from pipeline.jobs import Job, Option, declare
+from pipeline.run_folder.jobs import Job, Option, declare
 
 FAKE = declare(Job(
     kind="fake", what="the fake job", module="fake_job_worker", status_file="fake_status.json",
@@ -29,7 +30,7 @@ import sys
 import time
 
 from fake_job_kind import FAKE
-from pipeline.jobstate import job_worker
+from pipeline.run_folder.jobstate import job_worker
 
 
 def main(argv=None):

@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from pipeline import jobstate, run_files, runner, runs
-from pipeline.config import RunConfig
+from pipeline import runner
+from pipeline.run_folder import jobstate, run_files, runs
+from pipeline.setup.config import RunConfig
 from tests.integration.helpers import poll as _wait, stand_in
 
 
@@ -25,7 +26,7 @@ def _fake_evaluator(run_dir, seconds=30):
     its pid, stopped on SIGTERM, done at the end."""
     code = (
         "import time\n"
-        "from pipeline.jobstate import job_worker\n"
+        "from pipeline.run_folder.jobstate import job_worker\n"
         f"with job_worker({str(run_dir)!r}, 'eval', done=0, total=8) as job:\n"
         f"    time.sleep({seconds})\n"
         "    job.finish('done', done=8, total=8)\n"
@@ -37,7 +38,7 @@ def _fake_evaluator(run_dir, seconds=30):
 def _fake_trainer(run_dir, seconds=30):
     code = (
         "import os, signal, sys, time\n"
-        "from pipeline import runs\n"
+        "from pipeline.run_folder import runs\n"
         f"d = {str(run_dir)!r}\n"
         "runs.write_status(d, 'running', pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()))\n"
         "signal.signal(signal.SIGTERM, lambda *a: (runs.write_status(d, 'stopped'), sys.exit(0)))\n"
@@ -156,7 +157,7 @@ def test_evaluation_is_refused_while_a_training_runs_and_without_a_merged_model(
 
 def test_an_evaluator_that_dies_without_reporting_reads_as_failed(monkeypatch):
     stand_in(monkeypatch, "eval", lambda run_dir, limit=16: [
-        sys.executable, "-c", "import os, sys; from pipeline import jobstate, run_files; d = sys.argv[1]; "
+        sys.executable, "-c", "import os, sys; from pipeline.run_folder import jobstate, run_files; d = sys.argv[1]; "
         "jobstate.write_state(d, run_files.EVAL_STATUS, 'evaluator', 'running', pid=os.getpid(), "
         "pid_create_time=jobstate.process_create_time(os.getpid())); "
         "os._exit(9)", str(run_dir)])

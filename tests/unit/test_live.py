@@ -1,4 +1,4 @@
-"""The live view's one change detector: pipeline/live.py gives a stamp per part of the view, the page redraws
+"""The live view's one change detector: pipeline/run_folder/live.py gives a stamp per part of the view, the page redraws
 the parts whose stamp moved, and the Refresh handler draws those parts and nothing else. A stamp that moved
 every second would redraw every second; a stamp that missed a change would leave the view stale."""
 
@@ -9,8 +9,8 @@ import time
 import pandas as pd
 import pytest
 
-from pipeline import jobstate, live, run_files, runs
-from pipeline.config import RunConfig
+from pipeline.run_folder import jobstate, live, run_files, runs
+from pipeline.setup.config import RunConfig
 
 
 @pytest.fixture(autouse=True)

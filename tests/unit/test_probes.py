@@ -1,13 +1,14 @@
-"""Probes: the held-out answers written during training (pipeline/probes.py), read back (runs.read_evals),
-shown in the Train tab (ui/probes_view.py) and checked for a train/held-out split (pipeline/health.py)."""
+"""Probes: the held-out answers written during training (pipeline/training/probes.py), read back (runs.read_evals),
+shown in the Train tab (ui/probes_view.py) and checked for a train/held-out split (pipeline/training/health.py)."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from pipeline import probes, runs
-from pipeline.config import RunConfig
-from pipeline.health import health_warnings
+from pipeline.run_folder import runs
+from pipeline.training import probes
+from pipeline.setup.config import RunConfig
+from pipeline.training.health import health_warnings
 from ui import charts, probes_view, views
 
 ROWS = [{"prompt": [{"role": "user", "content": "Post about <bike> lanes.\n\nTL;DR:"}], "source": "bike lanes"},
@@ -187,7 +188,7 @@ def test_no_held_out_warning_when_both_fall_both_rise_or_too_few_probes():
 
 
 def test_train_tab_reads_a_runs_probes_and_draws_them_when_their_stamp_moves():
-    from pipeline import live
+    from pipeline.run_folder import live
     from ui.live_view import live_view, picked_probes
 
     run_dir = runs.new_run_dir("probe-view")

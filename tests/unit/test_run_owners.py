@@ -8,9 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline import owners, run_files, runner, runs
-from pipeline.config import RunConfig
-from pipeline.owners import Actor, may_act
+from pipeline import runner
+from pipeline.run_folder import owners, run_files, runs
+from pipeline.setup.config import RunConfig
+from pipeline.run_folder.owners import Actor, may_act
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ reader would parse a .txt as CSV, so only the tab's check keeps it out."""
 
 import pytest
 
-from pipeline import runs
+from pipeline.run_folder import runs
 
 CSV = "Title,Release Year,Plot\nPaper Moons,2001,A forger fakes the moon. Nobody notices.\n"
 

@@ -7,7 +7,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from pipeline.config import ConfigError, DatasetSpec, RewardSpec, RunConfig
+from pipeline.setup.config import ConfigError, DatasetSpec, RewardSpec, RunConfig
 
 
 def _vllm_installed() -> bool:
@@ -44,7 +44,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Questions about the bundled films, each followed by the plots the RAG tab's search finds for it; the
     # answer is the film's title (built by bench/movie_questions.py). Correctness dominates; the citation
     # reward keeps the RAG tab's "[n]" habit. The set holds out at least 15% (49 films no training question
-    # is about; pipeline/data.py).
+    # is about; pipeline/setup/data.py).
     "Movie questions": {
         "dataset": DatasetSpec(source="movies"),
         "rewards": [RewardSpec("movie_title", 2.0, {}), RewardSpec("film_citation", 0.5, {})],

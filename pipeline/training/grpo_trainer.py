@@ -10,11 +10,12 @@ import time
 import traceback
 from pathlib import Path
 
-from pipeline.config import RunConfig
+from pipeline.setup.config import RunConfig
 from pipeline.rewards import GuardedReward, completion_text
-from pipeline import engine, run_files, runs
-from pipeline.advantages import group_stats, zero_std_share
-from pipeline.jsonio import json_number as _clean  # finite float or None: what metrics lines may hold
+from pipeline.models import engine
+from pipeline.run_folder import run_files, runs
+from pipeline.rewards.advantages import group_stats, zero_std_share
+from pipeline.run_folder.jsonio import json_number as _clean  # finite float or None: what metrics lines may hold
 
 
 log = logging.getLogger("grpo_studio.train")
@@ -76,7 +77,7 @@ def make_trainer_class():
         def _studio_static_generate(self, unwrapped, prompt_ids):
             """Completions from the static decoder, or None after it failed: the run then samples eagerly for
             good, and the run header says why (an out-of-memory error is not caught: it ends the run)."""
-            from pipeline.models import is_out_of_memory
+            from pipeline.models.loading import is_out_of_memory
 
             try:
                 return self.studio_static.generate(unwrapped, prompt_ids, self.generation_config)
@@ -95,7 +96,7 @@ def make_trainer_class():
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                                batch_size=None, compute_entropy=False, compute_aux_loss=False,
                                                **extra):
-            # Each distinct prompt runs once for its G completions (pipeline/engine.py); TRL's path otherwise.
+            # Each distinct prompt runs once for its G completions (pipeline/models/engine.py); TRL's path otherwise.
             if self.studio_fast and engine.fast_path_problem(model, extra, compute_aux_loss) is None:
                 with self.accelerator.autocast():
                     logps, entropy = engine.shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep,

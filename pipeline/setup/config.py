@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.models import BUNDLED_LABEL, QLORA_FP16  # one wording, also used once the machine is known
-from pipeline.fields import _form, _help, range_problem
-from pipeline.paths import BUNDLED_MODEL_ID  # also imported from here by the tabs and tests
-from pipeline.sources import SourceRefused, check_source
+from pipeline.models.loading import BUNDLED_LABEL, QLORA_FP16  # one wording, also used once the machine is known
+from pipeline.setup.fields import _form, _help, range_problem
+from pipeline.run_folder.paths import BUNDLED_MODEL_ID  # also imported from here by the tabs and tests
+from pipeline.models.sources import SourceRefused, check_source
 
 LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's
 SCALE_REWARDS = ("group", "batch", "none")
@@ -461,7 +461,7 @@ class RunConfig:
 
 
 def _source_problems(value: Any, what: str) -> list[str]:
-    """pipeline/sources.py's rule for a typed model or dataset, as a problem list (empty when it passes)."""
+    """pipeline/models/sources.py's rule for a typed model or dataset, as a problem list (empty when it passes)."""
     try:
         check_source(str(value), what)
     except SourceRefused as exc:
