@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -172,3 +173,14 @@ def test_an_evaluator_that_dies_without_reporting_reads_as_failed(monkeypatch):
 def test_the_evaluation_command_is_an_argument_list(tmp_path):
     cmd = runner.command("eval", tmp_path / "a run", limit=5)
     assert cmd[1:3] == ["-m", "pipeline.evaluate"] and cmd[-4:] == ["--run-dir", str(tmp_path / "a run"), "--limit", "5"]
+
+
+@pytest.mark.parametrize("kind", ["train", "eval", "push"])
+def test_each_jobs_worker_runs_its_main_when_launched_as_the_runner_launches_it(kind):
+    """The runner starts a job as `python -m <module> --run-dir RUN`: that module must run its main() then, not
+    only define it (a module that lost its `if __name__ == "__main__"` block exits 0 having done nothing)."""
+    from pipeline.run_folder.jobs import JOBS
+
+    done = subprocess.run([sys.executable, "-m", JOBS[kind].module, "--help"], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0 and "--run-dir" in done.stdout, (JOBS[kind].module, done.stdout, done.stderr[-2000:])
