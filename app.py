@@ -25,7 +25,7 @@ def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None
     """The Blocks with every tab, its queue opened (open_queue): what `serve` launches and the tests build."""
     import gradio as gr
 
-    from pipeline.generate import ModelCache
+    from pipeline.training.generate import ModelCache
     from retrieval.store import MovieStore
     from ui.tab import TabContext
 
@@ -132,9 +132,9 @@ def is_shared(host: str, share: bool, has_auth: bool) -> bool:
 
 
 def configure_sources(args: argparse.Namespace, shared: bool) -> None:
-    """What users may load (pipeline/sources.py): the operator's --allow-local-dir folders, and whether their
+    """What users may load (pipeline/models/sources.py): the operator's --allow-local-dir folders, and whether their
     downloads use this server's Hub token. Set for this process and the jobs it starts."""
-    from pipeline.sources import SourceRefused, allow_local_dirs, withhold_hub_token
+    from pipeline.models.sources import SourceRefused, allow_local_dirs, withhold_hub_token
 
     try:
         allow_local_dirs(args.allow_local_dir)
@@ -145,9 +145,9 @@ def configure_sources(args: argparse.Namespace, shared: bool) -> None:
 
 def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
     """Build and launch the app with the settings the flags ask for. Returns (demo, local_url)."""
-    from pipeline.models import start_bundled_conversion
-    from pipeline.owners import parse_operators
-    from pipeline.runs import data_dir
+    from pipeline.models.loading import start_bundled_conversion
+    from pipeline.run_folder.owners import parse_operators
+    from pipeline.run_folder.runs import data_dir
 
     auth = read_auth(args.auth, args.auth_file)
     warning = exposure_warning(args.host, args.share, bool(auth))
@@ -170,7 +170,7 @@ def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.paths import keep_private
+    from pipeline.run_folder.paths import keep_private
 
     keep_private()  # before any file is made: runs, uploads and models are for this user's eyes only
     serve(parse_args(argv))

@@ -65,7 +65,7 @@ def metric_line(step: int) -> dict:
 
 
 def measure(page, metrics: Path, selector: str, start_step: int, samples: int) -> list[float]:
-    from pipeline.runs import append_jsonl
+    from pipeline.run_folder.runs import append_jsonl
 
     out = []
     for k in range(start_step, start_step + samples):
@@ -85,8 +85,8 @@ def main() -> int:
     data = Path(tempfile.mkdtemp(prefix="bench-chart-"))
     env = dict(os.environ, GRPO_STUDIO_DATA=str(data))
     os.environ["GRPO_STUDIO_DATA"] = str(data)
-    from pipeline import runs
-    from pipeline.config import RunConfig
+    from pipeline.run_folder import runs
+    from pipeline.setup.config import RunConfig
 
     run_dir = runs.new_run_dir("latency")
     runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=1000).to_dict())

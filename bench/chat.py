@@ -4,7 +4,7 @@
 
 Both use the bundled SmolLM2-135M (fp32, CPU), the same chat prompt, greedy decoding and exactly
 `--tokens` new tokens (min_new_tokens = max_new_tokens).
-  app path   pipeline.generate.stream_chat (generate in a worker thread, TextIteratorStreamer)
+  app path   pipeline.training.generate.stream_chat (generate in a worker thread, TextIteratorStreamer)
   reference  model.generate(...) on the main thread, no streamer; first-token time = a 1-token generate
 Each path is measured in its own worker process, alternating app/plain for --rounds rounds: in the app
 the web server's main thread never runs torch, and mixing both paths in one process puts two OpenMP
@@ -35,8 +35,8 @@ def worker(kind: str, tokens: int, repeats: int) -> dict:
     """Measure one path (or both interleaved, kind='mixed') in this process."""
     import torch
 
-    from pipeline.generate import StreamStats, stream_chat
-    from pipeline.models import BUNDLED_MODEL_ID, load_model
+    from pipeline.training.generate import StreamStats, stream_chat
+    from pipeline.models.loading import BUNDLED_MODEL_ID, load_model
 
     model, tok = load_model(BUNDLED_MODEL_ID)
     enc = tok.apply_chat_template(PROMPT, add_generation_prompt=True, return_tensors="pt", return_dict=True)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from report import p50_p95, save  # noqa: E402
-from pipeline.generate import is_error_reply  # noqa: E402
+from pipeline.training.generate import is_error_reply  # noqa: E402
 
 MODEL = "bundled/SmolLM2-135M-Instruct"
 

@@ -47,10 +47,10 @@ def main() -> int:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pipeline.config import RunConfig
-    from pipeline.data import load_dataset_split
-    from pipeline.models import ensure_bundled_model
-    from pipeline.probes import generate_greedy
+    from pipeline.setup.config import RunConfig
+    from pipeline.setup.data import load_dataset_split
+    from pipeline.models.loading import ensure_bundled_model
+    from pipeline.training.probes import generate_greedy
 
     cores = os.cpu_count() or 1
     print(f"cores {cores}, load average {os.getloadavg()}, torch {torch.__version__}", flush=True)
@@ -60,7 +60,7 @@ def main() -> int:
                            LoraConfig(r=8, lora_alpha=32, target_modules="all-linear", lora_dropout=0.05))
     prompts = [r["prompt"] for r in load_dataset_split(RunConfig().dataset, 42)[1][:4]]
 
-    import pipeline.engine as engine
+    import pipeline.models.engine as engine
 
     def timed(threads: int) -> float:
         # generate_greedy decodes on engine.decoding_threads of the team: pin both to `threads` here.

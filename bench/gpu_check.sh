@@ -23,7 +23,7 @@ train() {  # name, extra config JSON fields
   mkdir -p "$dir"
   $PY - "$dir" "$2" <<'PY'
 import json, sys
-from pipeline.config import RunConfig
+from pipeline.setup.config import RunConfig
 cfg = RunConfig(**{"max_steps": 10, "save_steps": 5, "probe_every": 5, **json.loads(sys.argv[2])})
 open(sys.argv[1] + "/config.json", "w").write(cfg.to_json())
 PY
@@ -32,7 +32,7 @@ PY
   local rc=$?
   $PY - "$dir" "$((SECONDS - t0))" "$1" <<'PY'
 import json, statistics, sys
-from pipeline import runs
+from pipeline.run_folder import runs
 d, wall, name = sys.argv[1], sys.argv[2], sys.argv[3]
 st, m = runs.read_status(d), runs.read_metrics(d)
 steps = [r["step_seconds"] for r in m[1:]] or [float("nan")]
@@ -58,8 +58,8 @@ fi
 
 $PY - "$WORK/bf16" <<'PY' || fail=1
 import sys, time
-from pipeline.generate import generate_batch
-from pipeline.models import load_model
+from pipeline.training.generate import generate_batch
+from pipeline.models.loading import load_model
 model, tok = load_model(sys.argv[1] + "/merged")
 t0 = time.time()
 reply = generate_batch(model, tok, [[{"role": "user", "content": "In one sentence: why do leaves change colour in autumn?"}]],

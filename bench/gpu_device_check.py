@@ -5,7 +5,7 @@
   b. s/step of this app's pipeline against plain TRL (bench/plain_trl.py), interleaved A/B/A/B, same settings;
   c. the size table: SmolLM2-135M, Qwen2.5-0.5B, 1.5B and 7B shapes under the GPU standard and GSM8K presets'
      settings, with and without gradient checkpointing: s/step, completion tokens/s, peak memory, and the
-     memory estimate of pipeline/gpu_memory.py beside it.
+     memory estimate of pipeline/setup/gpu_memory.py beside it.
 
     python bench/gpu_device_check.py skeleton OUT             here (needs the bundled model package): the bundled
                                                                model's config and tokenizer, read from its GGUF
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.gpu_memory import GIB, KNOWN_SHAPES, ModelShape, estimate, settings_from_config  # noqa: E402
+from pipeline.setup.gpu_memory import GIB, KNOWN_SHAPES, ModelShape, estimate, settings_from_config  # noqa: E402
 
 # Seed 000's pair: neither needs the sentence embedder (post_similarity would).
 SEED_000_REWARDS = [{"name": "length_target", "weight": 1.0, "params": {"target": 50, "unit": "chars"}},
@@ -56,7 +56,7 @@ SMOKE_SHAPES = {
     "tiny-llama": (ModelShape(64, 2, 4, 2, 128, 49152, True, False), "llama"),
     "tiny-qwen2": (ModelShape(64, 2, 4, 2, 128, 49152, True, True), "qwen2"),
 }
-# The presets' settings a size-table row takes (pipeline/config.py: PRESETS); the rest are the defaults.
+# The presets' settings a size-table row takes (pipeline/setup/presets.py: PRESETS); the rest are the defaults.
 PRESET_FIELDS = ("num_generations", "batch_size", "learning_rate", "max_completion_length", "gradient_checkpointing",
                  "lora_r", "lora_alpha", "fast_engine", "lr_scheduler", "warmup_steps", "scale_rewards")
 PRESET_NAMES = {"GPU standard": "GPU standard", "GSM8K": "GSM8K on GPU: Qwen2.5-0.5B-Instruct"}
@@ -69,7 +69,7 @@ def skeleton(out: Path) -> None:
     """config.json, generation_config.json and the tokenizer of the bundled model (a few MB, no weights)."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from pipeline.models import BUNDLED_GGUF, bundled_package_dir
+    from pipeline.models.loading import BUNDLED_GGUF, bundled_package_dir
 
     pkg = str(bundled_package_dir())
     config = AutoConfig.from_pretrained(pkg, gguf_file=BUNDLED_GGUF)
@@ -150,7 +150,7 @@ class RowTimeout(Exception):
 
 
 def run_config(model_dir: Path, fields: dict, steps: int) -> dict:
-    from pipeline.config import RunConfig
+    from pipeline.setup.config import RunConfig
 
     known = {f.name for f in dataclasses.fields(RunConfig)}
     cfg = {"model": str(model_dir), "max_steps": steps, "save_steps": 10_000, "merge_at_end": False,
@@ -165,8 +165,8 @@ def train_here(run_dir: Path, cfg_dict: dict, seconds: float, on_trainer=None) -
     import torch
 
     import pipeline.train as trainer_module
-    from pipeline import runs
-    from pipeline.models import is_out_of_memory
+    from pipeline.run_folder import runs
+    from pipeline.models.loading import is_out_of_memory
 
     run_dir.mkdir(parents=True, exist_ok=True)
     runs.write_json_atomic(run_dir / "config.json", cfg_dict)
@@ -361,8 +361,8 @@ def part_profile(ctx) -> None:
 
 def part_versus(ctx) -> None:
     from bench.train_step import run_pipeline, run_plain
-    from pipeline.config import RunConfig
-    from pipeline.data import load_dataset_split
+    from pipeline.setup.config import RunConfig
+    from pipeline.setup.data import load_dataset_split
 
     print("\n== b. s/step, this app's pipeline vs plain TRL (HF generate), interleaved A/B/A/B, same settings; "
           "a step is the wall time between consecutive logged steps, the first left out")
@@ -418,7 +418,8 @@ def part_versus(ctx) -> None:
 def size_rows(ctx) -> list[dict]:
     """Every (shape, preset, checkpointing) row, each with the estimate: the presets' own setting (checkpointing on)
     first, then the others that the estimate says fit, then those it says do not (run last, to see the OOM)."""
-    from pipeline.config import PRESETS, RunConfig
+    from pipeline.setup.config import RunConfig
+    from pipeline.setup.presets import PRESETS
 
     rows = []
     for preset, full_name in PRESET_NAMES.items():
@@ -440,7 +441,7 @@ def size_rows(ctx) -> list[dict]:
 
 def part_size_table(ctx) -> None:
     print(f"\n== c. size table: {ctx.size_steps} step(s) a row; random weights, TL;DR prompts (longest 251 tokens), "
-          f"precision {ctx.precision}; estimate = pipeline/gpu_memory.py (allocated by tensors / on the card)")
+          f"precision {ctx.precision}; estimate = pipeline/setup/gpu_memory.py (allocated by tensors / on the card)")
     header = (f"{'shape':<13} {'preset':<13} {'ckpt':<4} {'state':<10} {'s/step':>7} {'tok/s':>7} {'peak alloc':>10} "
               f"{'reserved':>9} {'estimate':>9} {'error':>7} {'est. card':>9}")
     print(header)

@@ -27,9 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.report import save  # noqa: E402
-from pipeline import runs  # noqa: E402
-from pipeline.config import PRESETS, RunConfig, apply_preset  # noqa: E402
-from pipeline.models import ensure_bundled_model  # noqa: E402
+from pipeline.run_folder import runs  # noqa: E402
+from pipeline.setup.config import RunConfig  # noqa: E402
+from pipeline.setup.presets import PRESETS, apply_preset  # noqa: E402
+from pipeline.models.loading import ensure_bundled_model  # noqa: E402
 
 
 def curve_rise(rewards: list[float], window: int = 5) -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """Build the Movie questions prompt set: assets/prompts/movies.jsonl.
 
-For every bundled film with a usable question (pipeline/movie_questions.py), search the bundled table the
+For every bundled film with a usable question (pipeline/setup/movie_questions.py), search the bundled table the
 way the RAG tab does by default (its default search mode, top 5, no filters), shuffle the films found with
 a seed taken from the film's id (so the right film's position gives nothing away), and write the RAG tab's
 answer prompt (retrieval/rag.py build_messages) with the film's title as the answer. Run it once, offline;
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.movie_questions import PROMPT_PLOT_CHARS, question_for  # noqa: E402
+from pipeline.setup.movie_questions import PROMPT_PLOT_CHARS, question_for  # noqa: E402
 
 OUT = ROOT / "assets" / "prompts" / "movies.jsonl"
 TOP_K = 5  # the RAG tab's default

@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline import runs  # noqa: E402
-from pipeline.config import RunConfig  # noqa: E402
-from pipeline.probes import should_probe  # noqa: E402
+from pipeline.run_folder import runs  # noqa: E402
+from pipeline.setup.config import RunConfig  # noqa: E402
+from pipeline.training.probes import should_probe  # noqa: E402
 
 
 def default_share(probe_s: float, step_s: float, cfg: RunConfig) -> float:

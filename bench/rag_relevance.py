@@ -105,9 +105,9 @@ REWRITE_SYSTEM = ("Rewrite the user's movie question as one sentence in the word
 
 def rewrite_queries(queries: list[str]) -> tuple[dict[str, str], float]:
     """The bundled chat model's rewrite of each query (greedy), and the seconds per query it took."""
-    from pipeline.config import BUNDLED_MODEL_ID
-    from pipeline.generate import generate_batch
-    from pipeline.models import load_model
+    from pipeline.setup.config import BUNDLED_MODEL_ID
+    from pipeline.training.generate import generate_batch
+    from pipeline.models.loading import load_model
 
     model, tokenizer = load_model(BUNDLED_MODEL_ID)
     t0 = time.perf_counter()

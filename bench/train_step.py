@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.report import save  # noqa: E402
-from pipeline import runs  # noqa: E402
-from pipeline.config import RewardSpec, RunConfig  # noqa: E402
-from pipeline.data import load_dataset_split  # noqa: E402
-from pipeline.models import ensure_bundled_model  # noqa: E402
+from pipeline.run_folder import runs  # noqa: E402
+from pipeline.setup.config import RewardSpec, RunConfig  # noqa: E402
+from pipeline.setup.data import load_dataset_split  # noqa: E402
+from pipeline.models.loading import ensure_bundled_model  # noqa: E402
 
 
 def consecutive(times: list[float], lengths: list[float], batch: int) -> tuple[float, float]:

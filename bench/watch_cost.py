@@ -161,8 +161,8 @@ def cdp_rates(before: dict, after: dict, seconds: float) -> dict[str, float]:
 def one_run(view: str, steps: int, data: Path, env: dict, browser) -> dict:
     from gradio_client import Client
 
-    from pipeline import runs
-    from pipeline.config import RunConfig
+    from pipeline.run_folder import runs
+    from pipeline.setup.config import RunConfig
     from tests.integration.helpers import start_inputs
 
     app, url = start_app(env, data / "app.log")
@@ -225,7 +225,7 @@ def real_runs(args) -> dict:
     data = Path(tempfile.mkdtemp(prefix="bench-watch-"))
     env = dict(os.environ, GRPO_STUDIO_DATA=str(data))
     os.environ["GRPO_STUDIO_DATA"] = str(data)
-    from pipeline.models import ensure_bundled_model
+    from pipeline.models.loading import ensure_bundled_model
 
     ensure_bundled_model()  # converted once, before any timing
     views = args.views
@@ -272,8 +272,8 @@ def idle(args) -> dict:
     data = Path(tempfile.mkdtemp(prefix="bench-watch-idle-"))
     env = dict(os.environ, GRPO_STUDIO_DATA=str(data))
     os.environ["GRPO_STUDIO_DATA"] = str(data)
-    from pipeline import runs
-    from pipeline.config import RunConfig
+    from pipeline.run_folder import runs
+    from pipeline.setup.config import RunConfig
 
     run_dir = runs.new_run_dir("watch")
     runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=1000).to_dict())

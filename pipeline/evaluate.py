@@ -4,7 +4,7 @@
 
 Writes DIR/eval.json, and its progress to DIR/eval_status.json (running with done/total prompts and an
 ETA, then done, failed or stopped) so the app's Runs panel can follow it; SIGTERM stops it. A runner job
-(pipeline/jobs.py: EVALUATE). Decoding is
+(pipeline/run_folder/jobs.py: EVALUATE). Decoding is
 greedy so the comparison is repeatable (the GRPO tutorial's advice: judge on data the run never trained
 on, with the same rewards).
 """
@@ -19,15 +19,15 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from pipeline import run_files, runs
-from pipeline.config import RunConfig
-from pipeline.data import load_dataset_split
-from pipeline.jobs import EVALUATE
-from pipeline.jobstate import JobWorker, job_worker
-from pipeline.paths import keep_private
-from pipeline.probes import reward_kwargs
+from pipeline.run_folder import run_files, runs
+from pipeline.setup.config import RunConfig
+from pipeline.setup.data import load_dataset_split
+from pipeline.run_folder.jobs import EVALUATE
+from pipeline.run_folder.jobstate import JobWorker, job_worker
+from pipeline.run_folder.paths import keep_private
+from pipeline.training.probes import reward_kwargs
 from pipeline.rewards import build_rewards, reward_maximum, score
-from pipeline.task_metrics import headline, task_metrics
+from pipeline.training.task_metrics import headline, task_metrics
 
 
 def _summary(scored: dict) -> dict:
@@ -95,8 +95,8 @@ def evaluate(run_dir: Path, limit: int = 32,
              progress: Callable[[int, int, str], None] | None = None) -> dict:
     """Score base and tuned on the held-out prompts and write eval.json. `progress(done, total, phase)`
     is called as prompts are answered (total counts each prompt twice: base and tuned)."""
-    from pipeline.generate import generate_batch
-    from pipeline.models import load_model
+    from pipeline.training.generate import generate_batch
+    from pipeline.models.loading import load_model
 
     progress = progress or (lambda done, total, phase: None)
     cfg = RunConfig.load(run_dir / run_files.CONFIG)
@@ -160,7 +160,7 @@ class StatusReporter:
 
 
 def failure_message(exc: BaseException) -> str:
-    from pipeline.models import is_out_of_memory, out_of_memory_message
+    from pipeline.models.loading import is_out_of_memory, out_of_memory_message
 
     if is_out_of_memory(exc):
         return out_of_memory_message("evaluating", "Evaluate fewer prompts (--limit) or free memory first.")
@@ -168,7 +168,7 @@ def failure_message(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    keep_private()  # what it writes is for this user's eyes only (pipeline/paths.py)
+    keep_private()  # what it writes is for this user's eyes only (pipeline/run_folder/paths.py)
     parser = argparse.ArgumentParser(prog="python -m pipeline.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", required=True)
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     # The tuned model is the run's own merged folder, and the run folder is the one named on this command line:
     # allowed wherever it is (a headless run may live outside the data folder), beside the operator's folders.
-    from pipeline.sources import allow_local_dirs, allowed_dirs
+    from pipeline.models.sources import allow_local_dirs, allowed_dirs
 
     allow_local_dirs([*allowed_dirs()[1:], run_dir])
     reporter: StatusReporter | None = None

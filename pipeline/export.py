@@ -1,7 +1,7 @@
 """Taking a finished run's model out of the app: zips of the merged model and the adapter, the snippet that
 loads them, and the push of the merged model to the Hugging Face Hub.
 
-The push is a runner job (pipeline/jobs.py: PUSH): `python -m pipeline.export --run-dir R --repo
+The push is a runner job (pipeline/run_folder/jobs.py: PUSH): `python -m pipeline.export --run-dir R --repo
 ID` runs as a process of its own, writes push_status.json (docs/run-files.md) and can be stopped. The token
 comes in the HF_TOKEN environment variable, never on the command line or in a run file. No gradio import.
 """
@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from pipeline import owners, run_files
-from pipeline.jobs import PUSH
-from pipeline.jobstate import job_worker
-from pipeline.paths import data_dir, keep_private
+from pipeline.run_folder import owners, run_files
+from pipeline.run_folder.jobs import PUSH
+from pipeline.run_folder.jobstate import job_worker
+from pipeline.run_folder.paths import data_dir, keep_private
 
 TOKEN_ENV = next(option.env for option in PUSH.options if option.env)  # "HF_TOKEN": how the token travels
 

@@ -1,5 +1,5 @@
 """Start and stop the app's long jobs as processes of their own, through one shared path: each kind of job
-(training, evaluation, push) is declared once in pipeline/jobs.py, and `start(kind, ...)` / `stop(kind, ...)`
+(training, evaluation, push) is declared once in pipeline/run_folder/jobs.py, and `start(kind, ...)` / `stop(kind, ...)`
 launch and stop any of them, with the rules the declarations ask for. Trainings run one at a time per
 machine, any job one per run at a time.
 
@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline import jobs, jobstate, owners, run_files, runs
-from pipeline.processes import end_tree
-from pipeline.config import RunConfig
+from pipeline.run_folder import jobs, jobstate, owners, run_files, runs
+from pipeline.run_folder.processes import end_tree
+from pipeline.setup.config import RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 # How long torchrun waits, after passing a Stop to the ranks, before it kills them: the current step,
@@ -46,7 +46,7 @@ class RunnerError(RuntimeError):
 
 def command(kind: str, run_dir: Path, nproc: int = 1, python: str | None = None, **options: Any) -> list[str]:
     """The argument list that runs a job of `kind` on `run_dir` (never a shell string): its worker module with
-    its options (pipeline/jobs.py), under torchrun when a kind that can spreads over `nproc` processes."""
+    its options (pipeline/run_folder/jobs.py), under torchrun when a kind that can spreads over `nproc` processes."""
     spec = jobs.job(kind)
     cmd = spec.argv(run_dir, python=python, **options)
     if nproc > 1 and spec.distributed:
@@ -139,7 +139,7 @@ def start(kind: str, run_dir: Path | None = None, actor: owners.Actor | None = N
     """Launch a job of `kind` for `run_dir` (or, for a kind that makes one, a new run folder owned by `actor`,
     from `cfg` and `label`) and return at once with the run folder. Raises RunnerError, saying why, when it
     can't start: among the reasons, a run that is another user's (`actor`: who asks; None is a script or the
-    CLI, never refused). `options` are the kind's own (pipeline/jobs.py), plus `nproc` for a kind that spreads."""
+    CLI, never refused). `options` are the kind's own (pipeline/run_folder/jobs.py), plus `nproc` for a kind that spreads."""
     spec = jobs.job(kind)
     run_dir = Path(run_dir) if run_dir is not None else None
     _refuse_if_not_owner(run_dir, actor, spec.actions[0])
@@ -272,7 +272,7 @@ def _base_env(spec: jobs.Job, run_dir: Path) -> dict:
 
 def has_custom_rewards(run_dir: Path) -> bool:
     """Whether the run's config has a reward written as Python (True, to be safe, when it can't be read)."""
-    from pipeline.reward_check import needs_isolation
+    from pipeline.setup.reward_check import needs_isolation
 
     try:
         return needs_isolation(RunConfig.load(Path(run_dir) / run_files.CONFIG).rewards)

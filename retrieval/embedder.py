@@ -20,7 +20,7 @@ class StoreError(RuntimeError):
 
 
 def bundled_embedder_dir() -> Path:
-    from pipeline.models import ModelError, bundled_embedder_dir as find
+    from pipeline.models.loading import ModelError, bundled_embedder_dir as find
 
     try:
         return find()
@@ -38,7 +38,7 @@ def release_embedders() -> None:
     """Drop the loaded sentence models (a training is about to use the GPU); the next search reloads."""
     load_sentence_model.cache_clear()
     query_vectors.clear()  # a local embedder folder may hold new weights when it is loaded again
-    from pipeline.generate import free_gpu_memory
+    from pipeline.training.generate import free_gpu_memory
 
     free_gpu_memory()
 
@@ -46,7 +46,7 @@ def release_embedders() -> None:
 @lru_cache(maxsize=2)
 def load_sentence_model(name: str):
     """A SentenceTransformer for a registry name: the bundled model, a folder the app may read, or a hub id
-    (pipeline/sources.py's rule, checked here, where the model is opened, before anything is loaded)."""
+    (pipeline/models/sources.py's rule, checked here, where the model is opened, before anything is loaded)."""
     if name == BUNDLED_EMBEDDER:
         from sentence_transformers import SentenceTransformer
 
@@ -56,8 +56,8 @@ def load_sentence_model(name: str):
 
     if source.kind == "local":
         return SentenceTransformer(source.value, device=_device())
-    from pipeline.hub import hub_reachable
-    from pipeline.sources import hub_cache_dir, hub_token
+    from pipeline.models.hub import hub_reachable
+    from pipeline.models.sources import hub_cache_dir, hub_token
 
     online = hub_reachable()
     token = hub_token()
@@ -77,10 +77,10 @@ def load_sentence_model(name: str):
 
 
 def checked_embedder(name: str):
-    """pipeline/sources.py's rule for an embedder name (a Source), or StoreError saying what is accepted."""
+    """pipeline/models/sources.py's rule for an embedder name (a Source), or StoreError saying what is accepted."""
     import os
 
-    from pipeline.sources import SourceRefused, check_source
+    from pipeline.models.sources import SourceRefused, check_source
 
     try:
         source = check_source(name, "embedder")

@@ -186,7 +186,7 @@ def read_movies_file(path: str | Path, mapping: dict[str, str | None] | None = N
 
 def read_wiki_plots(max_rows: int = 2000) -> tuple[list[Movie], list[str]]:
     """The seed's Wikipedia movie-plot CSV from the Hub (online only; fails fast offline)."""
-    from pipeline.hub import require_hub
+    from pipeline.models.hub import require_hub
 
     require_hub("the Wikipedia movie-plots CSV", "The bundled films work offline; or upload a CSV of your own.")
     import pandas as pd

@@ -1,5 +1,5 @@
 """Retrieval-augmented answers: a prompt made of the query and the numbered retrieved plots, and which
-of those films an answer drew on. Generation itself is pipeline.generate.stream_chat (as in Chat)."""
+of those films an answer drew on. Generation itself is pipeline.training.generate.stream_chat (as in Chat)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def stream_answer(model, tokenizer, query: str, hits: list[Hit], max_new_tokens:
                   temperature: float = 0.0, top_p: float = 0.95, repetition_penalty: float = REPETITION_PENALTY,
                   stop=None, stats=None) -> Iterator[str]:
     """Stream the answer text so far, with the same helper the Chat tab uses."""
-    from pipeline.generate import stream_chat
+    from pipeline.training.generate import stream_chat
 
     yield from stream_chat(model, tokenizer, build_messages(query, hits), max_new_tokens=max_new_tokens,
                            temperature=temperature, top_p=top_p, stop=stop, stats=stats,

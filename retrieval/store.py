@@ -189,7 +189,7 @@ class MovieStore:
             # the usual AWS_* / GOOGLE_* / AZURE_* credentials from the environment).
             uri = os.environ.get("GRPO_STUDIO_LANCEDB_URI", "").strip()
             if not uri:
-                from pipeline.paths import data_dir
+                from pipeline.run_folder.paths import data_dir
 
                 uri = data_dir() / "lancedb"
         self.uri = str(uri)

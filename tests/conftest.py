@@ -28,8 +28,8 @@ def studio_data(tmp_path_factory):
 def bundled_model_dir(studio_data):
     """The bundled SmolLM2 converted once per session: linked from ./data when `make setup` converted it there
     (the conversion takes about 30 s on CPU), converted here otherwise."""
-    from pipeline.models import bundled_cache_dir, ensure_bundled_model
-    from pipeline.paths import data_dir
+    from pipeline.models.loading import bundled_cache_dir, ensure_bundled_model
+    from pipeline.run_folder.paths import data_dir
 
     made = ROOT / "data" / bundled_cache_dir().relative_to(data_dir())
     target = bundled_cache_dir()

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import gradio as gr
 
-from pipeline import export, run_files, runner, runs
-from pipeline.config import BUNDLED_MODEL_ID, RunConfig
-from pipeline.generate import (
+from pipeline import export, runner
+from pipeline.run_folder import run_files, runs
+from pipeline.setup.config import BUNDLED_MODEL_ID, RunConfig
+from pipeline.training.generate import (
     ChatModelError, ModelCache, ModelChoice, chat_choices, error_reply, is_error_reply, run_for_choice, stream_chat,
 )
 from pipeline.rewards import build_rewards, score
@@ -162,8 +163,8 @@ def push_to_hub(choice: str, repo_id: str, token: str, operators=(), request: gr
     """Start the push of model A's merged model as a runner job (kind "push") and return at once; the message
     then follows it (push_refresh). Whose run it is, then the Hub, are checked first, in seconds, so a refused or
     offline push says so at once."""
-    from pipeline.hub import HubUnreachable, require_hub
-    from pipeline.owners import refusal
+    from pipeline.models.hub import HubUnreachable, require_hub
+    from pipeline.run_folder.owners import refusal
 
     try:
         run_dir = run_for_choice(choice)

@@ -3,7 +3,7 @@
 The form is keyed by name: RunConfig field names for the settings, DatasetSpec field names for the prompts,
 plus "model_custom", "rewards" (the table) and "signal_prompts" (the prompts the learnability scan kept, held
 by the page). The settings shown are the RunConfig fields marked for the form in their metadata
-(`pipeline.config._form`), in dataclass order, so a new field there needs no edit here.
+(`pipeline.setup.fields._form`), in dataclass order, so a new field there needs no edit here.
 No gradio import: this is tested as plain Python.
 """
 
@@ -14,8 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.config import BUNDLED_MODEL_ID, ConfigError, DatasetSpec, RewardSpec, RunConfig
-from pipeline.models import BUNDLED_LABEL
+from pipeline.setup.config import BUNDLED_MODEL_ID, ConfigError, DatasetSpec, RewardSpec, RunConfig
+from pipeline.models.loading import BUNDLED_LABEL
 from pipeline.rewards import reward_registry
 
 SOURCES = {
@@ -46,7 +46,7 @@ def number_bounds(field: dataclasses.Field) -> dict[str, Any]:
     """The inclusive bounds a number box can enforce, from the field's metadata (`minimum`, `maximum`). Open
     bounds (`above`, `below`) are left to RunConfig.problems(): a number box's are inclusive.
 
-    >>> from pipeline.config import RunConfig
+    >>> from pipeline.setup.config import RunConfig
     >>> fields = {f.name: f for f in dataclasses.fields(RunConfig)}
     >>> number_bounds(fields["top_p"]), number_bounds(fields["save_steps"]), number_bounds(fields["seed"])
     ({'maximum': 1}, {'minimum': 1}, {})

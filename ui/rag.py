@@ -10,7 +10,8 @@ import threading
 
 import gradio as gr
 
-from pipeline.generate import ChatModelError, ModelCache, base_choice, chat_choices, generation_error_message
+from pipeline.training.generate import (ChatModelError, ModelCache, base_choice, chat_choices,
+                                       generation_error_message)
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
 from retrieval.chunks import PlotChunks

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import gradio as gr
 
-from pipeline.advantages import group_advantages
-from pipeline.config import BUNDLED_MODEL_ID, ConfigError
-from pipeline.generate import ModelCache
-from pipeline.models import catalog_choices
-from pipeline.reward_check import needs_isolation, score_isolated
+from pipeline.rewards.advantages import group_advantages
+from pipeline.setup.config import BUNDLED_MODEL_ID, ConfigError
+from pipeline.training.generate import ModelCache
+from pipeline.models.loading import catalog_choices
+from pipeline.setup.reward_check import needs_isolation, score_isolated
 from pipeline.rewards import build_rewards, score
 from ui import views
 from ui.form import REWARD_COLUMNS, reward_rows, rewards_from_rows
@@ -79,7 +79,7 @@ def make_sampler(cache: ModelCache):
 
     def sample_group(model_id: str, prompt: str, g: float, temperature: float, max_tokens: float,
                      progress=gr.Progress()):
-        from pipeline.generate import generate_batch
+        from pipeline.training.generate import generate_batch
 
         try:
             progress(0.1, desc="Loading the model (or reusing the one Chat has loaded)")

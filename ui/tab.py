@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from pipeline.owners import Actor
+from pipeline.run_folder.owners import Actor
 
 if TYPE_CHECKING:  # type names only: the app builds its page before these load anything heavy
-    from pipeline.generate import ModelCache
+    from pipeline.training.generate import ModelCache
     from retrieval.store import MovieStore
 
 
@@ -25,7 +25,7 @@ class TabContext:
 
 def acting(request: Any, operators=()) -> Actor:
     """Who sent a request (a Gradio request: its login name under --auth, None without one), as the run
-    owner rules in pipeline/owners.py see them."""
+    owner rules in pipeline/run_folder/owners.py see them."""
     return Actor.of(getattr(request, "username", None), operators)
 
 

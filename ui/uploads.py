@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from pipeline.paths import data_dir
+from pipeline.run_folder.paths import data_dir
 
 
 class UploadRefused(ValueError):

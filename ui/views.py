@@ -1,94 +1,17 @@
-"""What the Train tab shows, computed from run-directory data: chart frames, the progress bar,
-health warnings, the group inspector, the held-out probes (completions over time) and the evaluation.
-Pure functions (pandas, no gradio), tested directly."""
+"""What the Train tab shows besides its charts and probes, computed from run-directory data: the progress bar,
+health warnings, the group inspector, the reward bench's table, the evaluation and the learnability scan.
+Pure functions (pandas, no gradio), tested directly. Charts are in ui/charts.py, probes in ui/probes_view.py."""
 
 from __future__ import annotations
 
-import difflib
 import html
-import math
-import re
 
 import pandas as pd
 
-from pipeline.advantages import STD_EPS, group_stats
-from pipeline.health import health_warnings
-
-# chart name -> (title, list of (series label, metrics key)); the Train tab lays them out two a row, in order.
-CHARTS = {
-    "reward_std": ("Reward std (across the batch)", [("reward std", "reward_std")]),
-    # "Why is my reward std 0?" (ms-swift #4512): a group whose G completions all score the same teaches nothing.
-    "frac_reward_zero_std": ("Share of groups with zero reward std (no signal)",
-                             [("share of groups", "frac_reward_zero_std")]),
-    "kl": ("KL to reference", [("kl", "kl")]),
-    "entropy": ("Token entropy", [("entropy", "entropy")]),
-    "completion_length": ("Mean completion length (tokens)", [("length", "completion_length")]),
-    "loss": ("Loss (sits near 0 by design: watch the reward)", [("loss", "loss")]),
-}
-# Charts whose axis has fixed ends: a share stays on 0-1, so a flat 0 reads "0", not "0.000000".
-CHART_Y_LIMITS = {"frac_reward_zero_std": [0, 1]}
-# Shown under the charts, next to the loss chart ("why is my loss 0?": TRL #3452, Unsloth #2291).
-LOSS_NOTE = ("**Why is the loss near 0?** By design. Each completion's advantage is its reward minus its group's "
-             "mean, so within a group the advantages add up to zero, and the loss they weight sits near 0 (off 0 "
-             "only because completions differ in length, plus beta × KL, which starts at 0). A flat loss does not "
-             "mean nothing is learned: watch the **Train reward** chart, and the share of groups with zero std "
-             "(those groups teach nothing).")
-
-
-def monitor_label(name: str, weights: dict | None) -> str:
-    """A reward's name, marked when its weight is 0 (a monitor: charted, not trained on).
-
-    >>> monitor_label("strict_format", {"strict_format": 0.0}), monitor_label("x", None)
-    ('strict_format (monitor, weight 0)', 'x')
-    """
-    return f"{name} (monitor, weight 0)" if (weights or {}).get(name, 1.0) == 0 else name
-COLUMNS = ["step", "value", "series"]
-
-
-def _frame(data: list[tuple]) -> pd.DataFrame | None:
-    # None (not an empty frame) until there is data: a plot first drawn from an empty frame keeps an
-    # empty colour legend and never shows its lines.
-    return pd.DataFrame(data, columns=COLUMNS) if data else None
-
-
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v)
-
-
-def step_axis(max_steps: int | None, steps: list[int] = (), start: int = 0) -> list[int]:
-    """x-axis limits for a chart over training steps: from `start` (0, so a first point at step 1 is not
-    on the edge) to the run's planned last step, and at least 9 steps wide, so the plot's ticks fall on
-    whole steps (a 1-2 step domain is ticked 1.0, 1.1, ...) and the line fills the axis as the run goes.
-
-    >>> step_axis(16), step_axis(2), step_axis(None, [0, 5]), step_axis(4, [1, 2, 14])
-    ([0, 16], [0, 9], [0, 9], [0, 14])
-    """
-    hi = max([int(max_steps or 0), *steps, start + 9])
-    return [start, hi]
-
-
-def reward_frame(rows: list[dict]) -> pd.DataFrame:
-    """Total reward and each reward function's mean, long format for a colour-coded line plot."""
-    data = []
-    for r in rows:
-        if _finite(r.get("reward")):
-            data.append((r["step"], r["reward"], "total (weighted)"))
-        for name, stats in (r.get("rewards") or {}).items():
-            if _finite((stats or {}).get("mean")):
-                data.append((r["step"], stats["mean"], monitor_label(name, r.get("reward_weights"))))
-    return _frame(data)
-
-
-def metric_frame(rows: list[dict], chart: str) -> pd.DataFrame:
-    _, series = CHARTS[chart]
-    data = [(r["step"], r[key], label) for r in rows for label, key in series if _finite(r.get(key))]
-    return _frame(data)
-
-
-def compare_frame(runs_rows: dict[str, list[dict]]) -> pd.DataFrame:
-    """Total reward of several runs on one chart."""
-    data = [(r["step"], r["reward"], name) for name, rows in runs_rows.items() for r in rows if _finite(r.get("reward"))]
-    return _frame(data)
+from pipeline.rewards.advantages import STD_EPS, group_stats
+from pipeline.training.health import health_warnings
+from ui.charts import _finite, monitor_label
+from ui.probes_view import _score, _task_key
 
 
 def _fmt_seconds(s) -> str:
@@ -176,10 +99,6 @@ def health_html(rows: list[dict], evals: list[dict] | None = None) -> str:
     return "".join(parts)
 
 
-def _score(value) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
 def _adv_bar(adv: float, scale: float) -> str:
     width = min(50.0, 50.0 * abs(adv) / scale) if scale else 0
     side = "left:50%" if adv >= 0 else f"left:{50 - width:.1f}%"
@@ -257,191 +176,6 @@ def bench_summary(totals: list) -> str:
         " All totals are equal, so every advantage is 0: this group would teach the model nothing.")
     return (f"Group of {len(totals)}: mean **{mean:.4f}**, std **{(std if _finite(std) else 0):.4f}** "
             f"(sample std, as TRL). A = (total − mean) / (std + {STD_EPS:g}).{spread}")
-
-
-
-
-# ---- probes: held-out answers over time (evals.jsonl) ------------------------------------------
-
-TERMINAL_STATES = ("finished", "stopped", "failed")
-
-
-def probe_frame(evals: list[dict]) -> pd.DataFrame | None:
-    """Held-out (probe) reward: the weighted total and each reward's mean, per probe step."""
-    return reward_frame([{"step": e["step"], "reward": e.get("reward"),
-                          "rewards": {n: {"mean": v} for n, v in (e.get("rewards") or {}).items()}}
-                         for e in evals])
-
-
-def _words(text: str) -> list[str]:
-    """Words and punctuation runs, each keeping the whitespace after it (so line breaks survive the diff).
-
-    >>> _words("Bike lanes, open.\\nDone")
-    ['Bike ', 'lanes', ', ', 'open', '.\\n', 'Done']
-    """
-    return re.findall(r"[\w'-]+\s*|[^\w\s]+\s*|\s+", text or "")
-
-
-def word_diff_html(old: str, new: str) -> str:
-    """`new` as HTML with the words added since `old` in <ins> and the removed ones struck in <del>.
-
-    >>> word_diff_html("the cat sat.", "the dog sat down.")
-    'the <del>cat </del><ins>dog </ins>sat <ins>down</ins>.'
-    >>> word_diff_html("a <b>", "a <b>")
-    'a &lt;b&gt;'
-    """
-    a, b = _words(old), _words(new)
-    matcher = difflib.SequenceMatcher(None, [w.strip() for w in a], [w.strip() for w in b], autojunk=False)
-    out = []
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "equal":
-            out.append(html.escape("".join(b[j1:j2])))
-            continue
-        if op in ("delete", "replace"):
-            removed = "".join(a[i1:i2])
-            out.append(f"<del>{html.escape(removed.rstrip())}{' ' if removed[-1:].isspace() else ''}</del>")
-        if op in ("insert", "replace"):
-            out.append(f"<ins>{html.escape(''.join(b[j1:j2]))}</ins>")
-    return "".join(out)
-
-
-def _end_label(step: int, last: bool, max_steps: int | None, state: str | None) -> str:
-    if step == 0:
-        return " · base"
-    if (max_steps and step >= max_steps) or (last and state in TERMINAL_STATES):
-        return " · end"
-    return ""
-
-
-def probe_choices(evals: list[dict], max_steps: int | None = None, state: str | None = None) -> list[tuple[str, str]]:
-    """(label, value) for the probe-step picker: 'latest' (follows new probes), then every probe step.
-
-    >>> probe_choices([{"step": 0}, {"step": 5}, {"step": 7}], max_steps=20, state="stopped")
-    [('latest', 'latest'), ('0 · base', '0'), ('5', '5'), ('7 · end', '7')]
-    """
-    steps = [e["step"] for e in evals]
-    return [("latest", "latest")] + [(f"{s}{_end_label(s, i == len(steps) - 1, max_steps, state)}", str(s))
-                                     for i, s in enumerate(steps)]
-
-
-def _picked(evals: list[dict], pick) -> int:
-    """Index of the chosen probe step; 'latest', an unknown step or nothing means the newest."""
-    for i, e in enumerate(evals):
-        if str(e["step"]) == str(pick):
-            return i
-    return len(evals) - 1
-
-
-def _task_key(task: dict | None) -> str | None:
-    if not task:
-        return None
-    return "summary_score" if task.get("kind") == "summary" else "accuracy"
-
-
-def _signed(value) -> str:
-    return "" if not _finite(value) else f"{value:+.3g}"
-
-
-def probes_empty_html(cfg: dict | None, state: str | None = None) -> str:
-    """What the completions panel says before there is anything to show."""
-    cfg = cfg or {}
-    every, n = cfg.get("probe_every", 5), cfg.get("probe_prompts", 4)
-    if every == 0 or n == 0:
-        return ("<div class='gs-empty'>Probes are off for this run (probe every N steps = 0). Set it above 0 to "
-                "watch answers to held-out prompts change while the model trains.</div>")
-    about = (f"Probes answer {n} held-out prompts (never trained on, the same ones every time) greedily every "
-             f"{every} steps and at the end; step 0 is the base model, before any update. Each answer is "
-             "scored with the run's rewards, and the words that changed since the previous probe are marked.")
-    if state in TERMINAL_STATES:
-        return (f"<div class='gs-empty'>This run wrote no probes (it has no held-out prompts, or it ended before "
-                f"the first one). {about}</div>")
-    wait = " The first probe (step 0) runs as soon as the model has loaded." if state in ("queued", "running") else ""
-    return f"<div class='gs-empty'>{about}{wait}</div>"
-
-
-def probes_html(evals: list[dict], pick=None, cfg: dict | None = None, state: str | None = None) -> str:
-    """Completions over time: every probe prompt's greedy answer at the chosen probe step, its scores,
-    what changed since the previous probe step, and its totals at every probe step."""
-    if not evals:
-        return probes_empty_html(cfg, state)
-    cfg = cfg or {}
-    i = _picked(evals, pick)
-    cur, prev, base = evals[i], (evals[i - 1] if i > 0 else None), evals[0]
-    key = _task_key(cur.get("task"))
-    step = cur["step"]
-    label = f"step {step}{_end_label(step, i == len(evals) - 1, cfg.get('max_steps'), state)}"
-
-    head = [f"<b>{html.escape(label)}</b>"]
-    if _finite(cur.get("reward")):
-        vs = (f" ({_signed(cur['reward'] - base['reward'])} vs step {base['step']})"
-              if i > 0 and _finite(base.get("reward")) else "")
-        head.append(f"held-out reward <b>{_score(cur['reward'])}</b>{vs}")
-    if key:
-        value, first = cur["task"].get(key), (base.get("task") or {}).get(key)
-        shown = i > 0 and _finite(value) and _finite(first)
-        vs = f" ({_signed(value - first)} vs step {base['step']})" if shown else ""
-        head.append(f"{key} <b>{_score(value)}</b>{vs}")
-    fmt, fmt0 = (cur.get("task") or {}).get("format_compliance"), (base.get("task") or {}).get("format_compliance")
-    if _finite(fmt):  # answers with a number inside <answer></answer> (tasks with reference answers)
-        vs = f" ({(fmt - fmt0) * 100:+.0f} points vs step {base['step']})" if i > 0 and _finite(fmt0) else ""
-        head.append(f"<span class='gs-format'>format compliance <b>{fmt:.0%}</b>{vs}</span>")
-    recall = (cur.get("task") or {}).get("retrieval_recall")
-    if _finite(recall):  # movie questions: the right film among the retrieved plots, the ceiling on accuracy
-        head.append(f"film retrieved <b>{recall:.0%}</b>")
-    if _finite(cur.get("seconds")):
-        head.append(f"probe took {cur['seconds']:.1f} s")
-    legend = (f"Compared with step {prev['step']}: <ins>new words</ins> <del>removed words</del>" if prev else
-              "Step 0 is the base model: later steps mark what changed since the previous probe.")
-    out = [f"<div class='gs-probes' data-step='{step}' data-steps='{','.join(str(e['step']) for e in evals)}'>",
-           f"<div class='gs-probe-head'>{' &nbsp;·&nbsp; '.join(head)}</div>",
-           f"<div class='gs-probe-legend'>{legend}</div>"]
-
-    for j, sample in enumerate(cur.get("samples") or []):
-        prompt = sample.get("prompt", "")
-        short = prompt if len(prompt) <= 150 else prompt[:150].rsplit(" ", 1)[0] + " …"
-        scores = [f"total <b>{_score(sample.get('total'))}</b>"]
-        old = (prev.get("samples") or [])[j] if prev and j < len(prev.get("samples") or []) else None
-        if old is not None and _finite(sample.get("total")) and _finite(old.get("total")):
-            scores[0] += f" ({_signed(sample['total'] - old['total'])} since step {prev['step']})"
-        scores += [f"{html.escape(n)} {_score(v)}" for n, v in (sample.get("rewards") or {}).items()]
-        per = (cur.get("task") or {}).get("per_prompt") or []
-        if key and j < len(per):
-            scores.append(f"{key} {_score(per[j])}")
-        text = sample.get("completion", "")
-        if old is None:
-            body = html.escape(text)
-        elif old.get("completion", "") == text:
-            body = html.escape(text) + f" <span class='gs-same'>(unchanged since step {prev['step']})</span>"
-        else:
-            body = word_diff_html(old.get("completion", ""), text)
-        out.append(
-            f"<div class='gs-probe'><details class='gs-probe-prompt'><summary>Prompt {j + 1}: "
-            f"{html.escape(short)}</summary><div class='gs-text'>{html.escape(prompt)}</div></details>"
-            f"<div class='gs-probe-scores'>{' &nbsp;·&nbsp; '.join(scores)}</div>"
-            f"<div class='gs-probe-text'>{body or '<i>(empty answer)</i>'}</div>"
-            f"{_probe_history(evals, j, i, key)}</div>")
-    out.append("</div>")
-    return "".join(out)
-
-
-def _probe_history(evals: list[dict], j: int, chosen: int, key: str | None) -> str:
-    """One prompt's total at every probe step (the chosen one in bold), with every answer one click away."""
-    cells, rows = [], []
-    for k, e in enumerate(evals):
-        samples = e.get("samples") or []
-        if j >= len(samples):
-            continue
-        s = samples[j]
-        total = _score(s.get("total"))
-        cells.append(f"<b>{e['step']}: {total}</b>" if k == chosen else f"{e['step']}: {total}")
-        per = (e.get("task") or {}).get("per_prompt") or []
-        task = f"<td>{_score(per[j])}</td>" if key and j < len(per) else ("<td></td>" if key else "")
-        rows.append(f"<tr><td>{e['step']}</td><td>{total}</td>{task}"
-                    f"<td class='gs-text'>{html.escape(s.get('completion', ''))}</td></tr>")
-    task_head = f"<th>{key}</th>" if key else ""
-    return (f"<details class='gs-probe-history'><summary>total by step: {' → '.join(cells)}</summary>"
-            f"<table class='gs-table'><tr><th>step</th><th>total</th>{task_head}<th>answer</th></tr>"
-            f"{''.join(rows)}</table></details>")
 
 
 # ---- evaluation (base vs tuned) ---------------------------------------------------------------------
@@ -537,8 +271,7 @@ def push_markdown(name: str, status: dict | None) -> str | None:
     return f"⚠️ {status.get('error') or 'Push failed: see push.log in the run folder.'}"
 
 
-
-# ---- learnability scan: which prompts carry signal (pipeline/learnability.py) -------------------
+# ---- learnability scan: which prompts carry signal (pipeline/training/learnability.py) -------------------
 
 SCAN_REASONS = {"signal": "signal", "all_max": "all full marks", "all_zero": "none earned {rewards}",
                 "constant": "all the same score", "unscored": "not scored"}

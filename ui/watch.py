@@ -1,5 +1,5 @@
 """The page's one change detector. Once a second, while a view that follows the run files is on screen and
-the browser tab is in front, the page asks the app for the stamps of pipeline/live.py (one small HTTP call
+the browser tab is in front, the page asks the app for the stamps of pipeline/run_folder/live.py (one small HTTP call
 to a queue-free endpoint, no Gradio event) and presses a view's hidden Refresh button only when a part it
 draws has a new stamp; the handler is told which parts moved and redraws only those. A Gradio event costs
 the page work for each output it names, and a re-sent plot is drawn again: three timers a second with twenty
@@ -13,13 +13,13 @@ import json
 import gradio as gr
 from gradio.context import get_blocks_context
 
-from pipeline import live
+from pipeline.run_folder import live
 
 ENDPOINT = "live_stamps"
 
 
 def live_stamps(run_name: str | None, action_name: str | None) -> dict[str, str]:
-    """What the page's poll asks for every second: a stamp per part of the live views (pipeline/live.py) for
+    """What the page's poll asks for every second: a stamp per part of the live views (pipeline/run_folder/live.py) for
     the run the Train tab shows and the run picked in its Runs panel."""
     return live.stamps(run_name or None, action_name or None)
 
@@ -71,7 +71,7 @@ POLL_JS = """() => {
 
 def follow(show: str, button: str, parts: tuple[str, ...], draw_first: bool = True) -> str:
     """A view that follows the run files: the page script that presses the hidden button `button` (an elem_id)
-    when one of `parts` (pipeline/live.py: PARTS) moved while the element `show` is on screen. With
+    when one of `parts` (pipeline/run_folder/live.py: PARTS) moved while the element `show` is on screen. With
     `draw_first` the first stamps seen draw the view (a page load shows the run); without, the view waits for
     a change. Registers the poll's endpoint in the Blocks being built, once."""
     unknown = set(parts) - set(live.PARTS)

@@ -12,6 +12,7 @@ Where things live (split by kind, as TRL splits trl/rewards):
     registry.py          names -> reward classes, typed parameters; a new reward is registered here
     guard.py             failure and timeout handling around each reward
     scoring.py           build a run's guarded rewards, score completions, best possible total
+    advantages.py        group-relative advantages of the weighted totals, as TRL's GRPOTrainer computes them
 """
 
 from pipeline.rewards.accuracy_rewards import ExactAnswer, MovieTitle, NumericTolerance

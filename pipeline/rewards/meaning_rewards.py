@@ -47,7 +47,7 @@ def sentence_embedder():
     if not _EMBEDDER:
         from sentence_transformers import SentenceTransformer
 
-        from pipeline.models import bundled_embedder_dir
+        from pipeline.models.loading import bundled_embedder_dir
 
         _EMBEDDER.append(SentenceTransformer(str(bundled_embedder_dir()), device="cpu"))
     return _EMBEDDER[0]

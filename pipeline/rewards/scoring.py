@@ -45,7 +45,7 @@ def reward_maximum(funcs: list[Callable], weights: list[float]) -> float | None:
 
 def score(funcs: list[Callable], weights: list[float], completions: list, **kwargs) -> dict[str, Any]:
     """Per-reward scores and the weighted total for a list of completions (None = missing)."""
-    from pipeline.advantages import weighted_totals
+    from pipeline.rewards.advantages import weighted_totals
 
     per = {f.__name__: f(completions, **kwargs) for f in funcs}
     return {"per_reward": per, "total": weighted_totals(per, {f.__name__: w for f, w in zip(funcs, weights)})}

@@ -8,8 +8,8 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from pipeline import runs
-from pipeline.config import RunConfig
+from pipeline.run_folder import runs
+from pipeline.setup.config import RunConfig
 
 pytestmark = [pytest.mark.browser]
 

@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from pipeline import runs
+from pipeline.run_folder import runs
 
 from .conftest import ARTIFACTS, fill_settings
 

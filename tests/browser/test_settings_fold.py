@@ -2,7 +2,7 @@
 
 A Gradio 6.31 accordion built closed mounts its fields when first opened, and a value typed within
 about 0.1 s of that is set back to the field's initial value (3-4 of 10 tries in a probe). The app
-builds it open and folds it on page load (ui/train.py: settings_accordion, CLOSE_SETTINGS_JS, and
+builds it open and folds it on page load (ui/train_form.py: settings_accordion, CLOSE_SETTINGS_JS, and
 the rule in assets/studio.css). This drives that exact pattern in a minimal app, ten page loads,
 typing at once; building the accordion closed makes it fail.
 """
@@ -20,7 +20,7 @@ def test_fields_typed_right_after_opening_keep_their_value(browser):
     import gradio as gr
 
     from tests.integration.helpers import free_port
-    from ui.train import CLOSE_SETTINGS_JS, settings_accordion
+    from ui.train_form import CLOSE_SETTINGS_JS, settings_accordion
 
     submitted = []
     with gr.Blocks() as demo:

@@ -5,7 +5,7 @@ import json
 import pytest
 from playwright.sync_api import expect
 
-from pipeline import runs
+from pipeline.run_folder import runs
 
 from .conftest import LIGHT_RUN, fill_settings, open_settings
 

@@ -6,7 +6,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from pipeline import runs
+from pipeline.run_folder import runs
 
 from .conftest import ARTIFACTS, LIGHT_RUN, fill_settings
 
@@ -100,7 +100,7 @@ def test_start_watch_stop_reload_and_resume(page, app_url):
 def test_second_start_while_training_is_refused(page, app_url):
     """One training at a time: a second Start gets a clear message and launches nothing."""
     from pipeline import runner
-    from pipeline.config import RunConfig
+    from pipeline.setup.config import RunConfig
 
     # The previous test's trainer wrote "stopped" and may still be exiting; wait for it as a user would.
     deadline = time.time() + 120

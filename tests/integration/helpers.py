@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline import runs
-from pipeline.config import RunConfig
+from pipeline.run_folder import runs
+from pipeline.setup.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def evaluable_run(label: str, bundled_model_dir, held_out: int | None = None) ->
     """A finished run whose "tuned" model is the bundled base itself (a link): what the job does with
     the two models is the same, without a training first. Kept short: 8 completion tokens, the cheap
     rewards (no embedder), and `held_out` prompts when given (the trainer's eval_prompts.json)."""
-    from pipeline.data import load_dataset_split
+    from pipeline.setup.data import load_dataset_split
 
     run_dir = runs.new_run_dir(label)
     cfg = RunConfig(**{**QUICK, "max_completion_length": 8})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import transformers.trainer as hf_trainer
 
-from pipeline import runs
+from pipeline.run_folder import runs
 
 
 def main() -> int:

@@ -4,8 +4,8 @@ import pytest
 
 from .helpers import serve_app
 
-from pipeline import runs
-from pipeline.config import RewardSpec, RunConfig
+from pipeline.run_folder import runs
+from pipeline.setup.config import RewardSpec, RunConfig
 
 
 @pytest.fixture(scope="module")
@@ -239,7 +239,7 @@ def _changed_everywhere() -> RunConfig:
     or not sent, shows."""
     import dataclasses
 
-    from pipeline.config import DatasetSpec, RewardSpec
+    from pipeline.setup.config import DatasetSpec, RewardSpec
     from ui.form import form_fields
 
     defaults, changes = RunConfig(), {}

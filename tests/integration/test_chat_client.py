@@ -44,7 +44,7 @@ def test_a_broken_model_gets_a_message_and_the_app_keeps_serving(url):
     """A run whose merged model is garbage: the chat says why, and the next chat still works."""
     from gradio_client import Client
 
-    from pipeline import runs
+    from pipeline.run_folder import runs
 
     run = runs.runs_dir() / "broken-model-run"
     (run / "merged").mkdir(parents=True, exist_ok=True)
@@ -59,7 +59,7 @@ def test_a_broken_model_gets_a_message_and_the_app_keeps_serving(url):
 
     reply = content_text(hist_a[-1]["content"])
     assert reply.startswith("⚠️ Could not load") and "no-such-architecture" in reply
-    from pipeline.generate import is_error_reply
+    from pipeline.training.generate import is_error_reply
 
     assert is_error_reply(hist_a[-1]), hist_a[-1]  # the mark survives Gradio's round trip (scoring skips it)
     updates, hist_a, _ = _chat(url, "Name one fruit.")

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from pipeline import run_files, runs
+from pipeline.run_folder import run_files, runs
 
 from .helpers import ROOT, make_run, run, status
 
@@ -98,7 +98,7 @@ def test_a_resume_continues_the_trainers_own_state_from_the_checkpoint(resumed_r
 def test_chat_refuses_a_real_checkpoint_that_was_never_marked_complete(resumed_run):
     """A loadable checkpoint folder (adapter weights and all) whose save never reached its completion marker,
     as a kill during the save leaves it: Chat refuses it by name instead of loading half-written weights."""
-    from pipeline.generate import ChatModelError, ModelCache
+    from pipeline.training.generate import ChatModelError, ModelCache
 
     run_dir, _, _ = resumed_run
     unmarked = run_dir / "checkpoint-3"

@@ -13,7 +13,7 @@ def bundled_with_lora(bundled_model_dir, prepare=None):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from pipeline.models import load_tokenizer
+    from pipeline.models.loading import load_tokenizer
 
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(bundled_model_dir, dtype=torch.float32)
@@ -64,7 +64,7 @@ def _lora_grads(model):
 
 
 def test_shared_prompt_logps_entropy_and_grads_equal_trl(lora_model):
-    from pipeline import engine
+    from pipeline.models import engine
 
     model, tok = lora_model
     model.train()
@@ -94,7 +94,7 @@ def test_shared_prompt_logps_entropy_and_grads_equal_trl(lora_model):
 
 
 def test_merged_generation_equals_unmerged(lora_model):
-    from pipeline import engine
+    from pipeline.models import engine
 
     model, tok = lora_model
     model.eval()
@@ -113,7 +113,7 @@ def test_merged_generation_equals_unmerged(lora_model):
 def test_shared_prefill_generation_equals_plain_generate(lora_model):
     from transformers import GenerationConfig
 
-    from pipeline import engine
+    from pipeline.models import engine
 
     model, tok = lora_model
     model.eval()
@@ -136,7 +136,7 @@ def test_bf16_bundled_base_weights_survive_merged_sampling(bundled_model_dir):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from pipeline import engine
+    from pipeline.models import engine
 
     base = AutoModelForCausalLM.from_pretrained(bundled_model_dir, dtype=torch.bfloat16)
     model = get_peft_model(base, LoraConfig(task_type="CAUSAL_LM", r=8, lora_alpha=32, lora_dropout=0.0,

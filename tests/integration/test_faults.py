@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from pipeline import run_files, runs
-from pipeline.config import RewardSpec
+from pipeline.run_folder import run_files, runs
+from pipeline.setup.config import RewardSpec
 
 from .helpers import ROOT, make_run, run, start, status, wait_for
 
@@ -200,7 +200,7 @@ def test_two_starts_at_the_same_moment_start_one_run(tiny_model_dir, monkeypatch
     import time
 
     from pipeline import runner
-    from pipeline.config import RunConfig
+    from pipeline.setup.config import RunConfig
 
     from .helpers import QUICK
 
@@ -253,7 +253,7 @@ import json, resource, sys
 import psutil, torch, datasets, peft, trl  # noqa: F401
 from transformers import AutoModelForCausalLM, AutoTokenizer, TextIteratorStreamer  # noqa: F401
 import pipeline.train as train
-from pipeline.generate import ModelCache
+from pipeline.training.generate import ModelCache
 from ui.chat import make_handlers
 
 resource.setrlimit(resource.RLIMIT_AS, (psutil.Process().memory_info().vms + 300 * 2**20, resource.RLIM_INFINITY))

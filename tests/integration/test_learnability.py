@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from pipeline import runs
-from pipeline.advantages import group_stats
-from pipeline.config import RewardSpec, RunConfig
-from pipeline.data import load_dataset_split
-from pipeline.probes import prompt_text
+from pipeline.run_folder import runs
+from pipeline.rewards.advantages import group_stats
+from pipeline.setup.config import RewardSpec, RunConfig
+from pipeline.setup.data import load_dataset_split
+from pipeline.training.probes import prompt_text
 
 from .helpers import QUICK
 
@@ -23,7 +23,7 @@ CHEAP = [RewardSpec("length_target", 1.0, {"target": 20}), RewardSpec("token_div
 def test_scan_samples_and_scores_as_the_trainer_would_and_its_numbers_add_up(bundled_model_dir):
     """Three prompts, G=3, short completions: every number the scan shows follows from the completions it
     sampled, scored again here with the same rewards."""
-    from pipeline.preflight import learnability_scan
+    from pipeline.training.preflight import learnability_scan
     from pipeline.rewards import build_rewards, score
 
     cfg = RunConfig(num_generations=3, batch_size=6, max_completion_length=10, rewards=CHEAP)
@@ -53,7 +53,7 @@ def test_a_run_that_keeps_the_scanned_prompts_records_them_and_trains_on_exactly
     """Through the Train tab's Start handler: the kept prompts go into config.json, and every group the trainer
     samples is one of them (two prompts, one step)."""
     from ui.form import config_to_form
-    from ui.train import start_training
+    from ui.train_form import start_training
 
     cfg = RunConfig(**{**QUICK, "num_generations": 2, "batch_size": 4, "max_completion_length": 8, "max_steps": 1},
                     rewards=CHEAP, keep_signal_prompts=True)

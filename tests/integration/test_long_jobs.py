@@ -3,8 +3,9 @@ the Runs panel follows, and the reward bench samples through the app's one model
 
 import pytest
 
-from pipeline import runner, runs
-from pipeline.config import BUNDLED_MODEL_ID
+from pipeline import runner
+from pipeline.run_folder import runs
+from pipeline.setup.config import BUNDLED_MODEL_ID
 
 from .helpers import evaluable_run, serve_app, value_of, wait_for
 
@@ -76,7 +77,7 @@ def test_stop_ends_the_evaluation_and_says_so(app, bundled_model_dir):
 
 
 def _caches():
-    from pipeline.generate import _CACHES
+    from pipeline.training.generate import _CACHES
 
     return list(_CACHES)
 

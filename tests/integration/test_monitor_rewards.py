@@ -64,7 +64,7 @@ def _scored_trainer(tmp_path, funcs, weights, scale_rewards):
     from transformers import LlamaConfig, LlamaForCausalLM
     from trl import GRPOConfig
 
-    from pipeline.train import StepClock, make_trainer_class
+    from pipeline.training.grpo_trainer import StepClock, make_trainer_class
 
     torch.manual_seed(0)
     tokenizer = _tokenizer()
@@ -111,8 +111,8 @@ def test_under_batch_scaling_the_logged_zero_std_share_counts_flat_groups(tmp_pa
     """TRL's frac_reward_zero_std under scale_rewards="batch" asks whether the whole batch is flat (0 here); the
     studio's trainer logs the share of groups whose totals are all equal, which is what the chart says. The
     group inspector's record carries the mode and the batch std every advantage was divided by."""
-    from pipeline import runs
-    from pipeline.advantages import group_stats
+    from pipeline.run_folder import runs
+    from pipeline.rewards.advantages import group_stats
 
     correct, fmt, _ = _reward_columns()
     trainer, out = _scored_trainer(tmp_path, [_fixed("correct", correct), _fixed("format", fmt)], [2.0, 0.5], "batch")

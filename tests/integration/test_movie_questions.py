@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from pipeline import runs
-from pipeline.config import RunConfig, apply_preset
+from pipeline.run_folder import runs
+from pipeline.setup.config import RunConfig
+from pipeline.setup.presets import apply_preset
 
 from .helpers import QUICK, ROOT, run
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from pipeline.config import DatasetSpec, RewardSpec, RunConfig
-from pipeline.preflight import preflight
+from pipeline.setup.config import DatasetSpec, RewardSpec, RunConfig
+from pipeline.training.preflight import preflight
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def test_pre_flight_scores_custom_code_in_another_process(bundled_model_dir, tmp
     import os
 
     from ui.form import config_to_form
-    from ui.train import run_preflight
+    from ui.train_form import run_preflight
 
     marker = tmp_path / "ran"
     code = (f"import os\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\n"

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pipeline import runs
+from pipeline.run_folder import runs
 
 from .helpers import DEFAULT_REWARDS
 
@@ -33,8 +33,8 @@ def test_a_two_step_run_probes_steps_0_1_and_2(shared_run, bundled_model_dir):
         assert e["task"]["kind"] == "summary" and len(e["task"]["per_prompt"]) == 2
 
     # Step 0 is the base model: the same greedy answers as the untouched model gives.
-    from pipeline.generate import generate_batch
-    from pipeline.models import load_model
+    from pipeline.training.generate import generate_batch
+    from pipeline.models.loading import load_model
 
     base, tok = load_model(str(bundled_model_dir))
     expected = generate_batch(base, tok, [r["prompt"] for r in held_out], max_new_tokens=24)

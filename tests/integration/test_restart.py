@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from pipeline import runs
-from pipeline.config import RunConfig
+from pipeline.run_folder import runs
+from pipeline.setup.config import RunConfig
 
 from .helpers import QUICK, free_port, start_app_process, start_inputs, value_of, wait_for
 

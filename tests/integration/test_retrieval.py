@@ -111,7 +111,7 @@ def test_changing_the_embedder_rebuilds_with_the_new_vector_size(tmp_path):
     from sentence_transformers.models import Dense
 
     base = SentenceTransformer(str(bundled_embedder_dir()), device="cpu")
-    from pipeline.paths import data_dir
+    from pipeline.run_folder.paths import data_dir
 
     small_dir = data_dir() / "embedders" / "minilm-128"  # a local embedder is read from under the data folder
     SentenceTransformer(modules=[base[0], base[1], Dense(384, 128)], device="cpu").save(str(small_dir))
@@ -133,8 +133,8 @@ def test_changing_the_embedder_rebuilds_with_the_new_vector_size(tmp_path):
 
 
 def test_answer_streams_from_the_bundled_model(store, bundled_model_dir):
-    from pipeline.config import BUNDLED_MODEL_ID
-    from pipeline.models import load_model
+    from pipeline.setup.config import BUNDLED_MODEL_ID
+    from pipeline.models.loading import load_model
     from retrieval.rag import build_messages, films_used, stream_answer
 
     f = SearchFilters.parse(year_max=1989, top_k=3)

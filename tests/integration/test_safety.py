@@ -13,7 +13,7 @@ from urllib.parse import quote
 import pytest
 from gradio_client.exceptions import AppError, AuthenticationError
 
-from pipeline import runs
+from pipeline.run_folder import runs
 
 from .helpers import serve_app
 
@@ -151,8 +151,8 @@ def test_login_is_enforced_when_asked(studio_data, tmp_path):
         assert "std" in summary
         # A run belongs to the user who started it: bob can't delete alice's run, alice can. The login name
         # reaches the handler from Gradio's request, not from anything the client sends.
-        from pipeline import owners
-        from pipeline.config import RunConfig
+        from pipeline.run_folder import owners
+        from pipeline.setup.config import RunConfig
 
         run_dir = runs.new_run_dir("alices")
         owners.record_owner(run_dir, "alice")
@@ -212,7 +212,7 @@ def test_hostile_rag_filters_through_the_app_never_widen(app_url):
 def test_hostile_rag_filters_reach_the_tabs_own_check(app_url):
     """Behind Gradio's component checks: the tab's handler itself, as any other caller (a future API route,
     a component whose choices were widened) would reach it, on the table the app serves."""
-    from pipeline.generate import ModelCache
+    from pipeline.training.generate import ModelCache
     from retrieval.store import MovieStore
     from ui import rag as rag_ui
 
@@ -272,7 +272,7 @@ def test_unexpected_file_types_are_refused_and_not_stored(app_url, tmp_path, api
     from gradio_client import Client, handle_file
 
     from ui import rag as rag_ui
-    from ui import train as train_ui
+    from ui import train_form as train_ui
 
     accepted = {"/store_upload": train_ui.UPLOAD_TYPES, "/receive_upload": rag_ui.UPLOAD_TYPES}[api_name]
     uploads = runs.data_dir() / "uploads"

@@ -37,7 +37,7 @@ def plain_generate(model, rows, pad, gc):
 
 
 def cut(tokens, eos):
-    from pipeline.engine import cut_at_eos
+    from pipeline.models.engine import cut_at_eos
 
     return [cut_at_eos(row, eos) for row in tokens.tolist()]
 
@@ -45,8 +45,8 @@ def cut(tokens, eos):
 def test_greedy_tokens_equal_generate_with_left_padding_and_a_row_ending_early(lora_model):
     from transformers import GenerationConfig
 
-    from pipeline import engine
-    from pipeline.static_decode import StaticDecoder
+    from pipeline.models import engine
+    from pipeline.models.static_decode import StaticDecoder
 
     model, tok = lora_model
     rows = rows_of(tok)
@@ -77,8 +77,8 @@ def test_sampled_tokens_log_probs_equal_a_fresh_forward(lora_model):
     row and every token up to the row's end."""
     from transformers import GenerationConfig
 
-    from pipeline import engine
-    from pipeline.static_decode import StaticDecoder
+    from pipeline.models import engine
+    from pipeline.models.static_decode import StaticDecoder
 
     model, tok = lora_model
     rows = rows_of(tok, g=3)
@@ -106,8 +106,8 @@ def test_sampled_tokens_log_probs_equal_a_fresh_forward(lora_model):
 def test_top_k_sampling_stays_within_the_top_k(lora_model):
     from transformers import GenerationConfig
 
-    from pipeline import engine
-    from pipeline.static_decode import StaticDecoder
+    from pipeline.models import engine
+    from pipeline.models.static_decode import StaticDecoder
 
     model, tok = lora_model
     rows = rows_of(tok)
@@ -133,8 +133,8 @@ def test_a_lora_update_between_calls_is_used_by_the_next_call(lora_model):
     with the new weights: equal to generate after the update, different from before it."""
     from transformers import GenerationConfig
 
-    from pipeline import engine
-    from pipeline.static_decode import StaticDecoder
+    from pipeline.models import engine
+    from pipeline.models.static_decode import StaticDecoder
 
     model, tok = lora_model
     rows = rows_of(tok)

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from pipeline import runs
+from pipeline.run_folder import runs
 
 from .helpers import status
 
@@ -18,7 +18,7 @@ def test_two_cpu_ranks_train_then_stop_reaches_every_rank_and_the_next_run_start
     import psutil
 
     from pipeline import runner
-    from pipeline.config import RunConfig
+    from pipeline.setup.config import RunConfig
 
     from .helpers import QUICK, wait_for
 
@@ -64,7 +64,7 @@ def test_a_failure_on_rank_1_reaches_the_status_and_the_log_and_stop_ends_the_re
     import psutil
 
     from pipeline import runner
-    from pipeline.config import RewardSpec, RunConfig
+    from pipeline.setup.config import RewardSpec, RunConfig
 
     from .helpers import QUICK, wait_for
 
@@ -97,7 +97,7 @@ def _stop_flag_worker(rank: int, port: int, out):
 
     import torch.distributed as dist
 
-    from pipeline.train import agree_to_stop
+    from pipeline.training.grpo_trainer import agree_to_stop
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:

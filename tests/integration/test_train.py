@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from pipeline import runs
-from pipeline.advantages import batch_advantages, group_stats, zero_std_share
+from pipeline.run_folder import runs
+from pipeline.rewards.advantages import batch_advantages, group_stats, zero_std_share
 
 from .helpers import DEFAULT_REWARDS, status
 
@@ -66,8 +66,8 @@ def test_merged_model_loads_generates_and_matches_base_plus_adapter(finished_run
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from pipeline.generate import generate_batch
-    from pipeline.models import load_model
+    from pipeline.training.generate import generate_batch
+    from pipeline.models.loading import load_model
 
     # The adapter learned something: LoRA's B matrices start at zero, so after training they must not be.
     weights = load_file(finished_run / "adapter" / "adapter_model.safetensors")

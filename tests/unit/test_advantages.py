@@ -3,7 +3,7 @@ import types
 
 import pytest
 
-from pipeline.advantages import batch_advantages, group_advantages, group_stats, weighted_totals, zero_std_share
+from pipeline.rewards.advantages import batch_advantages, group_advantages, group_stats, weighted_totals, zero_std_share
 
 
 def test_seed_001_table():

@@ -44,7 +44,7 @@ def test_missing_login_file_is_explained(tmp_path):
 def test_local_folders_and_the_hub_token_are_the_operators_to_give(tmp_path):
     """--allow-local-dir is repeatable and must name folders; the Hub token is lent to a shared app only on
     --lend-hub-token (tests/unit/test_sources.py shows what each setting does)."""
-    from pipeline import sources
+    from pipeline.models import sources
 
     args = app.parse_args([])
     assert (args.allow_local_dir, args.lend_hub_token) == ([], False)

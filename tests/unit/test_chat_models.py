@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from pipeline import generate, run_files, runs
-from pipeline.generate import ChatModelError, ModelCache, chat_choices, run_for_choice
+from pipeline.run_folder import run_files, runs
+from pipeline.training import generate
+from pipeline.training.generate import ChatModelError, ModelCache, chat_choices, run_for_choice
 from ui.chat import content_text
 
 
@@ -127,7 +128,7 @@ def test_concurrent_requests_for_one_model_load_it_once(monkeypatch):
 
 
 def test_model_a_offers_the_run_that_finished_last_until_the_user_picks_a_model():
-    from pipeline.config import BUNDLED_MODEL_ID as base
+    from pipeline.setup.config import BUNDLED_MODEL_ID as base
     from ui.chat import default_choice, refreshed_choice
 
     no_runs = [("SmolLM2 (base)", base)]
@@ -152,7 +153,7 @@ def test_model_a_offers_the_run_that_finished_last_until_the_user_picks_a_model(
 
 def test_releasing_models_empties_every_cache(monkeypatch):
     """A training about to use the GPU makes the app's caches drop their models (they reload on demand)."""
-    from pipeline import generate
+    from pipeline.training import generate
 
     monkeypatch.setattr(generate, "_load_choice", lambda choice: (object(), object()))
     cache = generate.ModelCache(capacity=2)
@@ -165,7 +166,7 @@ def test_releasing_models_empties_every_cache(monkeypatch):
 
 
 def test_model_choices_are_typed_and_bad_checkpoint_values_refused():
-    from pipeline.generate import ModelChoice
+    from pipeline.training.generate import ModelChoice
 
     for choice in (ModelChoice("run", "demo"), ModelChoice("checkpoint", "demo", 12), ModelChoice("base", "org/m")):
         assert ModelChoice.parse(choice.value) == choice
@@ -177,7 +178,7 @@ def test_model_choices_are_typed_and_bad_checkpoint_values_refused():
 
 def test_a_failed_reply_is_neither_scored_nor_sent_back_as_context():
     """An error shown in the chat is marked as such: scoring skips it and the next turn leaves it out."""
-    from pipeline.generate import error_reply
+    from pipeline.training.generate import error_reply
     from ui.chat import _messages, make_handlers
 
     failed = error_reply(ChatModelError("There is no run named 'x'."))

@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from pipeline.config import PRESETS, ConfigError, DatasetSpec, RewardSpec, RunConfig, apply_preset
+from pipeline.setup.config import ConfigError, DatasetSpec, RewardSpec, RunConfig
+from pipeline.setup.presets import PRESETS, apply_preset
 from ui.form import form_fields
 
 
@@ -92,7 +93,7 @@ def test_keep_checkpoints_defaults_to_three_and_explains_itself():
 
 
 def test_gpu_and_grpo_options_are_checked_in_plain_words():
-    from pipeline.config import RunConfig
+    from pipeline.setup.config import RunConfig
 
     assert RunConfig().problems() == []
     bad = RunConfig(scale_rewards="std", importance_sampling_level="seq", lr_scheduler="warmup", report_to="wandb",
@@ -108,7 +109,7 @@ def test_gpu_and_grpo_options_are_checked_in_plain_words():
 
 
 def test_configs_written_with_a_boolean_scale_rewards_still_load():
-    from pipeline.config import RunConfig
+    from pipeline.setup.config import RunConfig
 
     assert RunConfig.from_dict({"scale_rewards": True}).scale_rewards == "group"
     assert RunConfig.from_dict({"scale_rewards": False}).scale_rewards == "none"
@@ -119,7 +120,7 @@ def test_a_field_range_in_metadata_is_checked_like_choices():
     and the range, and the form's number box gets the same inclusive bounds."""
     import dataclasses
 
-    from pipeline.config import _form
+    from pipeline.setup.fields import _form
     from ui.form import number_bounds
 
     @dataclasses.dataclass
@@ -141,12 +142,12 @@ def test_a_field_range_in_metadata_is_checked_like_choices():
 def test_the_train_forms_number_boxes_take_the_fields_bounds():
     import gradio as gr
 
-    from ui import train
+    from ui import train_form
 
     fields = {f.name: f for f in dataclasses.fields(RunConfig)}
     with gr.Blocks():
-        box = train.hyper_component(fields["top_p"], 1.0)
-        steps = train.hyper_component(fields["save_steps"], 10)
+        box = train_form.hyper_component(fields["top_p"], 1.0)
+        steps = train_form.hyper_component(fields["save_steps"], 10)
     assert (box.minimum, box.maximum) == (None, 1)
     assert (steps.minimum, steps.maximum) == (1, None)
     assert RunConfig(save_steps=0).problems() == ["save_steps must be at least 1 (got 0)."]

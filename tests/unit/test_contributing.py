@@ -11,13 +11,14 @@ GUIDE = ROOT / "CONTRIBUTING.md"
 NAME = re.compile(r"^[\w.-]+/?$")  # a file or folder name as the layout's first column spells it
 FILE_IN_TEXT = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:py|jsonl|css|md|sh|txt))\b")
 FOLDER_IN_TEXT = re.compile(r"(?<![\w/.-])((?:[\w-]+/)+)(?=[\s,;)]|$)")
-# `ui/views.py: CHARTS`, `app.py: tab_builders()`, `pipeline/config.py:RunConfig`
+# `ui/charts.py: CHARTS`, `app.py: tab_builders()`, `pipeline/setup/config.py:RunConfig`
 POINTER = re.compile(r"`((?:[\w-]+/)*[\w-]+\.py): ?([A-Za-z_]\w*)")
 # `jobstate.write_state`, `jobs.declare(Job(...))`: a module of ours and a name in it
 MODULE_NAME = re.compile(r"`([a-z_]+)\.([A-Za-z_]\w*)")
 # `tests/unit/test_job_kinds.py`, `pipeline/rewards/`, `bench/rag_relevance.py`
 BACKTICKED_PATH = re.compile(r"`((?:[\w-]+/)+(?:[\w-]+\.\w+)?)[`:]")
-PACKAGES = ("pipeline", "pipeline/rewards", "ui", "retrieval")
+PACKAGES = ("pipeline", "pipeline/run_folder", "pipeline/models", "pipeline/rewards", "pipeline/setup", "pipeline/training",
+            "ui", "retrieval")
 EXTENSIONS = {"json", "jsonl", "py", "md", "txt", "css"}  # `config.json` names a file, not config's json
 
 

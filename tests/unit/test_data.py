@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from pipeline.config import DatasetSpec
-from pipeline.data import (
+from pipeline.setup.config import DatasetSpec
+from pipeline.setup.data import (
     DatasetError, arithmetic_problems, arithmetic_rows, check_prompt_budget, load_dataset_split, load_rows,
     split_rows, tldr_rows, TLDR_INSTRUCTION,
 )
@@ -98,8 +98,9 @@ def test_gsm8k_preset_fails_fast_and_plainly_offline(monkeypatch):
     """The GPU preset is online only: offline, its dataset and its model each say so within seconds."""
     import time
 
-    from pipeline.config import RunConfig, apply_preset
-    from pipeline.models import ModelError, resolve_model
+    from pipeline.setup.config import RunConfig
+    from pipeline.setup.presets import apply_preset
+    from pipeline.models.loading import ModelError, resolve_model
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent-cache")  # a cached copy would (rightly) load offline
@@ -129,10 +130,10 @@ DEEP = "[" * 5000 + "]" * 5000  # thousands deep: Python's JSON parser gives up 
 def test_deeply_nested_json_is_refused_with_a_message(tmp_path, suffix, text):
     """Every reader of an uploaded table: the prompts reader (and the Train tab's upload), the RAG tab's
     films reader, and the rewards table's parameters."""
-    from pipeline.config import ConfigError
+    from pipeline.setup.config import ConfigError
     from retrieval.movies import MovieDataError, read_table as read_films
     from ui.form import rewards_from_rows
-    from ui.train import store_upload
+    from ui.train_form import store_upload
 
     path = tmp_path / f"deep{suffix}"
     path.write_text(text)

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from pipeline import evaluate, run_files
-from pipeline.config import RunConfig
-from pipeline.models import ModelError, resolve_model
+from pipeline import evaluate
+from pipeline.run_folder import run_files
+from pipeline.setup.config import RunConfig
+from pipeline.models.loading import ModelError, resolve_model
 
 
 def test_a_run_outside_the_data_folder_evaluates_its_own_merged_model(tmp_path, monkeypatch):

@@ -2,7 +2,8 @@ import dataclasses
 
 import pytest
 
-from pipeline.config import BUNDLED_MODEL_ID, PRESETS, ConfigError, DatasetSpec, RewardSpec, RunConfig, apply_preset
+from pipeline.setup.config import BUNDLED_MODEL_ID, ConfigError, DatasetSpec, RewardSpec, RunConfig
+from pipeline.setup.presets import PRESETS, apply_preset
 from ui.form import config_to_form, form_fields, form_keys, form_to_config, reward_rows, rewards_from_rows
 
 
@@ -54,7 +55,7 @@ def test_form_shows_the_fields_marked_in_their_metadata_in_dataclass_order():
 def test_a_new_field_needs_one_line_in_the_dataclass():
     """A field added to the config (here via make_dataclass) is in the form's keys, filled from a config, read
     back typed, and its choices are checked, with no other edit."""
-    from pipeline.config import _form as shown
+    from pipeline.setup.fields import _form as shown
 
     Extended = dataclasses.make_dataclass("Extended", [
         ("top_a", float, dataclasses.field(default=0.0, metadata=shown("top-a", "A made-up sampling cut."))),

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import gpu_device_check as check  # noqa: E402
-from pipeline.gpu_memory import GIB  # noqa: E402
+from pipeline.setup.gpu_memory import GIB  # noqa: E402
 
 
 def test_size_rows_run_the_presets_own_setting_first_and_predicted_ooms_last(tmp_path):

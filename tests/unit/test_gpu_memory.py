@@ -1,10 +1,10 @@
-"""The GPU memory estimate (pipeline/gpu_memory.py) and the pre-flight check built on it, with pretend cards:
+"""The GPU memory estimate (pipeline/setup/gpu_memory.py) and the pre-flight check built on it, with pretend cards:
 no GPU needed."""
 
 import pytest
 
-from pipeline.config import RunConfig
-from pipeline.gpu_memory import (
+from pipeline.setup.config import RunConfig
+from pipeline.setup.gpu_memory import (
     GIB, KNOWN_SHAPES, MemorySettings, ModelShape, estimate, fit_verdict, model_shape, settings_from_config,
 )
 
@@ -70,7 +70,7 @@ def test_model_shape_reads_a_local_folder_and_knows_the_catalog_offline(tmp_path
 
 
 def _memory_check(cfg, free_gib, total_gib, precision):
-    from pipeline.preflight import memory_check
+    from pipeline.training.preflight import memory_check
 
     return memory_check(cfg, prompt_tokens=None, device="cuda", precision=precision,
                         card=(int(free_gib * GIB), int(total_gib * GIB), True))
@@ -94,7 +94,7 @@ def test_the_bundled_run_on_an_80_gib_card_passes_with_its_estimate(monkeypatch)
 
 
 def test_the_memory_check_says_nothing_on_a_cpu():
-    from pipeline.preflight import memory_check
+    from pipeline.training.preflight import memory_check
 
     assert memory_check(RunConfig(), device="cpu") is None
 
@@ -102,17 +102,17 @@ def test_the_memory_check_says_nothing_on_a_cpu():
 def test_pre_flight_refuses_before_any_model_loads(monkeypatch):
     """Through preflight() on a pretend 24 GiB bf16 card, offline: the 7B model can't be fetched (so nothing
     loads), yet its published shape is known and the memory check refuses the run."""
-    import pipeline.gpu_memory
-    import pipeline.models
-    import pipeline.preflight
-    from pipeline.config import RewardSpec
-    from pipeline.preflight import Check, preflight
+    import pipeline.setup.gpu_memory
+    import pipeline.models.loading
+    import pipeline.training.preflight
+    from pipeline.setup.config import RewardSpec
+    from pipeline.training.preflight import Check, preflight
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(pipeline.models, "pick_device", lambda: "cuda")
-    monkeypatch.setattr(pipeline.models, "resolve_precision", lambda precision, device: "bf16")
-    monkeypatch.setattr(pipeline.gpu_memory, "card_memory", lambda: (int(23.5 * GIB), 24 * GIB, True))
-    monkeypatch.setattr(pipeline.preflight, "trainer_check", lambda cfg: Check("trainer", True, "stub"))  # TRL's rules
+    monkeypatch.setattr(pipeline.models.loading, "pick_device", lambda: "cuda")
+    monkeypatch.setattr(pipeline.models.loading, "resolve_precision", lambda precision, device: "bf16")
+    monkeypatch.setattr(pipeline.setup.gpu_memory, "card_memory", lambda: (int(23.5 * GIB), 24 * GIB, True))
+    monkeypatch.setattr(pipeline.training.preflight, "trainer_check", lambda cfg: Check("trainer", True, "stub"))  # TRL's rules
     # have tests of their own (test_gpu_path.py); importing TRL here would cost seconds
     cfg = RunConfig(model="Qwen/Qwen2.5-7B-Instruct", rewards=[RewardSpec("length_target")], max_prompt_tokens=256,
                     batch_size=32, num_generations=8, max_completion_length=256)

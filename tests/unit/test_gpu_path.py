@@ -4,8 +4,8 @@ header, Resume and Evaluate free the app's GPU models, and Show command pins one
 
 import pytest
 
-from pipeline.config import RunConfig
-from pipeline.models import runtime_problems
+from pipeline.setup.config import RunConfig
+from pipeline.models.loading import runtime_problems
 
 
 def test_qlora_with_vllm_is_refused_with_the_reason():
@@ -41,7 +41,7 @@ def test_vllm_tensor_parallel_larger_than_the_gpus_is_refused():
 
 
 def test_vespo_with_vllm_gets_a_mode_vespo_accepts(tmp_path):
-    from pipeline.train import grpo_args, trainer_refusals
+    from pipeline.training.grpo_trainer import grpo_args, trainer_refusals
 
     args = grpo_args(RunConfig(use_vllm=True, loss_type="vespo"), tmp_path, "cpu", "fp32")
     assert args.vllm_importance_sampling_mode in ("token_truncate", "token_mask")
@@ -71,7 +71,7 @@ def test_trls_trainer_accepts_our_vespo_vllm_args_and_refuses_what_trainer_refus
     building vLLM, stubbed here); with TRL's default mode it refuses in the words `trainer_refusals` gives."""
     import trl.trainer.grpo_trainer as grpo_trainer
 
-    from pipeline.train import grpo_args, trainer_refusals
+    from pipeline.training.grpo_trainer import grpo_args, trainer_refusals
 
     class VLLMReached(Exception):
         pass
@@ -91,12 +91,12 @@ def test_trls_trainer_accepts_our_vespo_vllm_args_and_refuses_what_trainer_refus
 
 def test_preflight_catches_what_the_trainer_would_refuse(monkeypatch):
     """Pre-flight builds GRPOConfig and asks the trainer's rules even for GPU settings on a CPU machine."""
-    import pipeline.train
-    from pipeline.preflight import trainer_check
+    import pipeline.training.grpo_trainer
+    from pipeline.training.preflight import trainer_check
 
     check = trainer_check(RunConfig(use_vllm=True, loss_type="vespo"))
     assert "needs a CUDA GPU" in check.message and "TRL refuses" not in check.message
-    monkeypatch.setattr(pipeline.train, "vllm_importance_sampling_mode", lambda loss_type: "sequence_mask")
+    monkeypatch.setattr(pipeline.training.grpo_trainer, "vllm_importance_sampling_mode", lambda loss_type: "sequence_mask")
     check = trainer_check(RunConfig(use_vllm=True, loss_type="vespo"))
     assert not check.ok and "TRL refuses these GRPO settings: VESPO loss requires" in check.message
 
@@ -104,14 +104,14 @@ def test_preflight_catches_what_the_trainer_would_refuse(monkeypatch):
 def test_a_gpu_box_with_a_cpu_torch_says_so_in_the_run_header(tmp_path, monkeypatch):
     import torch
 
-    import pipeline.models
-    from pipeline import runs
+    import pipeline.models.loading
+    from pipeline.run_folder import runs
     from pipeline.train import set_up_runtime
     from ui.views import progress_html
 
     if torch.cuda.is_available():
         pytest.skip("this machine's torch sees a GPU")
-    monkeypatch.setattr(pipeline.models, "nvidia_driver_present", lambda: True)
+    monkeypatch.setattr(pipeline.models.loading, "nvidia_driver_present", lambda: True)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     threads = torch.get_num_threads()
     try:
@@ -121,7 +121,7 @@ def test_a_gpu_box_with_a_cpu_torch_says_so_in_the_run_header(tmp_path, monkeypa
     status = runs.read_status(tmp_path)
     assert status["device"] == "cpu" and "CPU build" in status["device_warning"], status
     assert "CPU build" in progress_html("run", status, [], 16)
-    monkeypatch.setattr(pipeline.models, "nvidia_driver_present", lambda: False)
+    monkeypatch.setattr(pipeline.models.loading, "nvidia_driver_present", lambda: False)
     set_up_runtime(RunConfig(), tmp_path, main=True)
     torch.set_num_threads(threads)
     assert runs.read_status(tmp_path)["device_warning"] is None
@@ -129,18 +129,18 @@ def test_a_gpu_box_with_a_cpu_torch_says_so_in_the_run_header(tmp_path, monkeypa
 
 @pytest.fixture
 def gpu_handlers(monkeypatch, tmp_path):
-    """ui.train's handlers on a pretend one-GPU box, with launches stubbed and the release calls recorded."""
-    import pipeline.generate
+    """The Runs panel's handlers on a pretend one-GPU box, with launches stubbed and the release calls recorded."""
+    import pipeline.training.generate
     import retrieval.embedder
-    import ui.train
+    import ui.runs_panel
 
     released = []
-    monkeypatch.setattr(ui.train, "gpu_count", lambda: 1)
-    monkeypatch.setattr(ui.train, "run_path", lambda name: tmp_path)
-    monkeypatch.setattr(ui.train.runner, "start", lambda *a, **k: None)  # resume and evaluate launch nothing
-    monkeypatch.setattr(pipeline.generate, "release_models", lambda: released.append("chat models"))
+    monkeypatch.setattr(ui.runs_panel, "gpu_count", lambda: 1)
+    monkeypatch.setattr(ui.runs_panel, "run_path", lambda name: tmp_path)
+    monkeypatch.setattr(ui.runs_panel.runner, "start", lambda *a, **k: None)  # resume and evaluate launch nothing
+    monkeypatch.setattr(pipeline.training.generate, "release_models", lambda: released.append("chat models"))
     monkeypatch.setattr(retrieval.embedder, "release_embedders", lambda: released.append("embedders"))
-    return ui.train, released
+    return ui.runs_panel, released
 
 
 def test_resume_frees_the_apps_gpu_models(gpu_handlers):
@@ -164,23 +164,23 @@ def test_nothing_is_released_without_a_gpu(gpu_handlers, monkeypatch):
 
 
 def test_show_command_pins_one_process_to_one_gpu_on_a_multi_gpu_box(monkeypatch):
-    import ui.train
+    import ui.train_form
     from ui.form import config_to_form
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(ui.train, "gpu_count", lambda: 2)
-    text = ui.train.show_command(False, 1, **config_to_form(RunConfig()))
+    monkeypatch.setattr(ui.train_form, "gpu_count", lambda: 2)
+    text = ui.train_form.show_command(False, 1, **config_to_form(RunConfig()))
     one_process = next(line for line in text.splitlines() if "-m pipeline.train" in line and "torch.distributed" not in line)
     assert one_process.startswith("CUDA_VISIBLE_DEVICES=0 "), text
     torchrun = next(line for line in text.splitlines() if "torch.distributed.run" in line)
     assert "CUDA_VISIBLE_DEVICES" not in torchrun
-    monkeypatch.setattr(ui.train, "gpu_count", lambda: 1)
-    assert "CUDA_VISIBLE_DEVICES" not in ui.train.show_command(False, 1, **config_to_form(RunConfig()))
+    monkeypatch.setattr(ui.train_form, "gpu_count", lambda: 1)
+    assert "CUDA_VISIBLE_DEVICES" not in ui.train_form.show_command(False, 1, **config_to_form(RunConfig()))
 
 
 def test_top_k_reaches_the_trainer_as_set_and_zero_means_every_token(tmp_path):
     """0 must turn top-k off: passed on as None, transformers would sample from its default top 50."""
-    from pipeline.train import grpo_args
+    from pipeline.training.grpo_trainer import grpo_args
 
     assert grpo_args(RunConfig(), tmp_path, "cpu", "fp32").top_k == 50  # the default, said out loud
     assert grpo_args(RunConfig(top_k=0), tmp_path, "cpu", "fp32").top_k == 0

@@ -1,5 +1,5 @@
-from pipeline.health import health_warnings
-from ui import views
+from pipeline.training.health import health_warnings
+from ui import charts, views
 
 
 def row(step, **kw):
@@ -64,7 +64,7 @@ def test_every_warning_names_a_fix():
 
 
 def test_reward_frame_has_total_and_each_reward():
-    frame = views.reward_frame([row(1), row(2)])
+    frame = charts.reward_frame([row(1), row(2)])
     assert set(frame["series"]) == {"total (weighted)", "length_target"} and len(frame) == 4
 
 
@@ -116,7 +116,7 @@ def test_reward_hacking_stays_quiet_otherwise():
 
 
 def test_the_evaluation_renders_from_its_files_in_views():
-    """The Runs panel's evaluation line is a pure function of eval_status.json and eval.json (ui/views.py)."""
+    """The Runs panel's evaluation line is a pure function of eval_status.json and eval.json (ui/views.py: eval_markdown)."""
     from ui.views import eval_markdown
 
     result = {"n": 8, "base": {"reward_mean": -1.0, "rewards": {"length_target": -1.0, "custom": None}},

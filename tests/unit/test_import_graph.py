@@ -1,4 +1,5 @@
-"""No import cycles among the project's own modules (pipeline/, retrieval/, ui/ and app.py).
+"""No import cycles among the project's own modules (pipeline/, retrieval/, ui/ and app.py), and no import
+against the order of pipeline/'s subpackages (PIPELINE_LAYERS).
 
 The graph is read from the source with `ast`; nothing is imported. Every import counts: module-level
 ones and the lazy ones inside functions (which keep torch and friends off the start-up path), since a
@@ -14,6 +15,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("pipeline", "retrieval", "ui")
+# pipeline/'s subpackages, lowest first. A module imports from its own subpackage and the ones before it, never
+# from a later one; the modules directly in pipeline/ (the jobs users and the runner launch: train, evaluate,
+# export, and the runner) come after them all, and nothing in pipeline/ imports retrieval/, ui/ or app.py.
+PIPELINE_LAYERS = ("pipeline.run_folder", "pipeline.models", "pipeline.rewards", "pipeline.setup", "pipeline.training")
 
 
 def project_modules() -> dict[str, Path]:
@@ -47,7 +52,7 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
         else:
             continue
         for target in targets:
-            # `import pipeline.runs` names pipeline.runs; `import pipeline.runs.x` can't here.
+            # `import pipeline.run_folder.runs` names pipeline.run_folder.runs; `import pipeline.run_folder.runs.x` can't here.
             while target and target not in modules:
                 target = target.rpartition(".")[0]
             if target and target != name:
@@ -58,6 +63,36 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
 def import_graph() -> dict[str, set[str]]:
     modules = project_modules()
     return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def pipeline_layer(module: str) -> int | None:
+    """Where a module stands in PIPELINE_LAYERS: its subpackage's index, one past the last for a module directly
+    in pipeline/, None for a subpackage missing from the list.
+
+    >>> pipeline_layer("pipeline.run_folder.runs"), pipeline_layer("pipeline.train"), pipeline_layer("pipeline.new.x")
+    (0, 5, None)
+    """
+    for index, package in enumerate(PIPELINE_LAYERS):
+        if module == package or module.startswith(package + "."):
+            return index
+    return len(PIPELINE_LAYERS) if module.count(".") == 1 else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import by a pipeline/ module of a later layer, or of anything outside pipeline/.
+
+    >>> upward_imports({"pipeline.setup.config": {"pipeline.models.loading", "pipeline.training.probes"},
+    ...                 "pipeline.run_folder.runs": {"ui.views"}, "ui.views": {"pipeline.train"}})
+    ['pipeline.run_folder.runs -> ui.views', 'pipeline.setup.config -> pipeline.training.probes']
+    """
+    found = []
+    for module in sorted(name for name in graph if name.startswith("pipeline.")):
+        own = pipeline_layer(module)
+        for target in sorted(graph[module]):
+            layer = pipeline_layer(target) if target.startswith("pipeline.") else None
+            if not target.startswith("pipeline.") or None not in (own, layer) and layer > own:
+                found.append(f"{module} -> {target}")
+    return found
 
 
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -128,8 +163,8 @@ def _cycle_within(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 def test_the_graph_sees_known_edges():
     graph = import_graph()
     # A module-level import and a lazy one inside a function, so the parser can't silently see nothing.
-    assert "pipeline.config" in graph["ui.form"]
-    assert "pipeline.runs" in graph["pipeline.runner"]
+    assert "pipeline.setup.config" in graph["ui.form"]
+    assert "pipeline.run_folder.runs" in graph["pipeline.runner"]
     assert len(graph) > 30
 
 
@@ -137,3 +172,14 @@ def test_no_import_cycles():
     cycles = find_cycles(import_graph())
     assert not cycles, "Import cycles (break each by moving what both sides need into a leaf module):\n" + \
         "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_every_pipeline_subpackage_has_its_place_in_the_order():
+    unplaced = sorted(name for name in import_graph() if name.startswith("pipeline.") and pipeline_layer(name) is None)
+    assert not unplaced, f"Add their subpackage to PIPELINE_LAYERS, after what it imports: {unplaced}"
+
+
+def test_pipeline_imports_only_its_own_layer_and_the_ones_below():
+    upward = upward_imports(import_graph())
+    assert not upward, ("Imports against the order of pipeline/'s subpackages, lowest first " + ", ".join(PIPELINE_LAYERS)
+                        + " (move what both need into the lower one):\n" + "\n".join(upward))

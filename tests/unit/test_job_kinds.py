@@ -9,11 +9,12 @@ import sys
 
 import pytest
 
-from pipeline import jobs, jobstate, live, run_files, runner, runs
+from pipeline import runner
+from pipeline.run_folder import jobs, jobstate, live, run_files, runs
 from tests.integration.helpers import poll as _wait
 
 DECLARATION = '''"""The fake job's declaration: what runs, its files and who writes which state."""
-from pipeline.jobs import Job, Option, declare
+from pipeline.run_folder.jobs import Job, Option, declare
 
 FAKE = declare(Job(
     kind="fake", what="the fake job", module="fake_job_worker", status_file="fake_status.json",
@@ -29,7 +30,7 @@ import sys
 import time
 
 from fake_job_kind import FAKE
-from pipeline.jobstate import job_worker
+from pipeline.run_folder.jobstate import job_worker
 
 
 def main(argv=None):
@@ -186,7 +187,7 @@ def test_a_run_being_pushed_is_not_deleted_and_the_runs_panel_shows_the_push(tmp
     and the Runs panel's job view says where the push stands (read from push_status.json)."""
     import os
 
-    from ui import train
+    from ui import runs_panel
 
     monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
     run_dir = runs.new_run_dir("pushing")
@@ -198,12 +199,12 @@ def test_a_run_being_pushed_is_not_deleted_and_the_runs_panel_shows_the_push(tmp
     with pytest.raises(ValueError, match="being pushed to the Hub"):
         runs.delete_run(run_dir)
     assert run_dir.is_dir()
-    text = train.eval_view(run_dir.name)
+    text = runs_panel.eval_view(run_dir.name)
     assert "Pushing **" + run_dir.name + "** to `me/model`" in text
 
     jobstate.write_state(run_dir, run_files.PUSH_STATUS, "pusher", "failed", error="Push failed: offline.")
-    text = train.eval_view(run_dir.name)
+    text = runs_panel.eval_view(run_dir.name)
     assert "Push failed: offline." in text
-    assert train.stop_push(run_dir.name) == "No push is running."  # the Runs panel's Stop push, nothing to stop
+    assert runs_panel.stop_push(run_dir.name) == "No push is running."  # the Runs panel's Stop push, nothing to stop
     runs.delete_run(run_dir)
     assert not run_dir.exists()

@@ -3,11 +3,13 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from pipeline import jobstate, run_files, runner, runs
-from pipeline.config import RunConfig
+from pipeline import runner
+from pipeline.run_folder import jobstate, run_files, runs
+from pipeline.setup.config import RunConfig
 from tests.integration.helpers import poll as _wait, stand_in
 
 
@@ -25,7 +27,7 @@ def _fake_evaluator(run_dir, seconds=30):
     its pid, stopped on SIGTERM, done at the end."""
     code = (
         "import time\n"
-        "from pipeline.jobstate import job_worker\n"
+        "from pipeline.run_folder.jobstate import job_worker\n"
         f"with job_worker({str(run_dir)!r}, 'eval', done=0, total=8) as job:\n"
         f"    time.sleep({seconds})\n"
         "    job.finish('done', done=8, total=8)\n"
@@ -37,7 +39,7 @@ def _fake_evaluator(run_dir, seconds=30):
 def _fake_trainer(run_dir, seconds=30):
     code = (
         "import os, signal, sys, time\n"
-        "from pipeline import runs\n"
+        "from pipeline.run_folder import runs\n"
         f"d = {str(run_dir)!r}\n"
         "runs.write_status(d, 'running', pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()))\n"
         "signal.signal(signal.SIGTERM, lambda *a: (runs.write_status(d, 'stopped'), sys.exit(0)))\n"
@@ -156,7 +158,7 @@ def test_evaluation_is_refused_while_a_training_runs_and_without_a_merged_model(
 
 def test_an_evaluator_that_dies_without_reporting_reads_as_failed(monkeypatch):
     stand_in(monkeypatch, "eval", lambda run_dir, limit=16: [
-        sys.executable, "-c", "import os, sys; from pipeline import jobstate, run_files; d = sys.argv[1]; "
+        sys.executable, "-c", "import os, sys; from pipeline.run_folder import jobstate, run_files; d = sys.argv[1]; "
         "jobstate.write_state(d, run_files.EVAL_STATUS, 'evaluator', 'running', pid=os.getpid(), "
         "pid_create_time=jobstate.process_create_time(os.getpid())); "
         "os._exit(9)", str(run_dir)])
@@ -171,3 +173,14 @@ def test_an_evaluator_that_dies_without_reporting_reads_as_failed(monkeypatch):
 def test_the_evaluation_command_is_an_argument_list(tmp_path):
     cmd = runner.command("eval", tmp_path / "a run", limit=5)
     assert cmd[1:3] == ["-m", "pipeline.evaluate"] and cmd[-4:] == ["--run-dir", str(tmp_path / "a run"), "--limit", "5"]
+
+
+@pytest.mark.parametrize("kind", ["train", "eval", "push"])
+def test_each_jobs_worker_runs_its_main_when_launched_as_the_runner_launches_it(kind):
+    """The runner starts a job as `python -m <module> --run-dir RUN`: that module must run its main() then, not
+    only define it (a module that lost its `if __name__ == "__main__"` block exits 0 having done nothing)."""
+    from pipeline.run_folder.jobs import JOBS
+
+    done = subprocess.run([sys.executable, "-m", JOBS[kind].module, "--help"], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0 and "--run-dir" in done.stdout, (JOBS[kind].module, done.stdout, done.stderr[-2000:])

@@ -5,9 +5,9 @@ import statistics
 
 import pytest
 
-from pipeline.config import RunConfig
-from pipeline.data import DatasetError
-from pipeline.learnability import ALL_MAX, ALL_ZERO, CONSTANT, SIGNAL, UNSCORED, keep_prompts, scan_report
+from pipeline.setup.config import RunConfig
+from pipeline.setup.data import DatasetError
+from pipeline.training.learnability import ALL_MAX, ALL_ZERO, CONSTANT, SIGNAL, UNSCORED, keep_prompts, scan_report
 from ui import views
 from ui.form import config_to_form, form_to_config
 

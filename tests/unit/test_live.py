@@ -1,4 +1,4 @@
-"""The live view's one change detector: pipeline/live.py gives a stamp per part of the view, the page redraws
+"""The live view's one change detector: pipeline/run_folder/live.py gives a stamp per part of the view, the page redraws
 the parts whose stamp moved, and the Refresh handler draws those parts and nothing else. A stamp that moved
 every second would redraw every second; a stamp that missed a change would leave the view stale."""
 
@@ -9,8 +9,8 @@ import time
 import pandas as pd
 import pytest
 
-from pipeline import jobstate, live, run_files, runs
-from pipeline.config import RunConfig
+from pipeline.run_folder import jobstate, live, run_files, runs
+from pipeline.setup.config import RunConfig
 
 
 @pytest.fixture(autouse=True)
@@ -116,31 +116,31 @@ def comparable(value):
 
 
 def draw_everything(shown, action) -> dict:
-    from ui import train
+    from ui import live_view
 
-    return {name: comparable(v) for name, v in train.live_view(shown, 0, "latest", action, train.ALL_PARTS).items()}
+    return {name: comparable(v) for name, v in live_view.live_view(shown, 0, "latest", action, live_view.ALL_PARTS).items()}
 
 
 @pytest.mark.parametrize("shown", ["drawn", None, "gone-run", "bad" + chr(0) + "name"])
 def test_the_refresh_draws_the_outputs_of_the_parts_it_is_given_and_no_other(shown):
-    from ui import train
+    from ui import live_view
 
-    assert set(train.PART_OUTPUTS) == set(live.PARTS) - {"push"}  # every Train part has its outputs (push: Chat's)
+    assert set(live_view.PART_OUTPUTS) == set(live.PARTS) - {"push"}  # every Train part has its outputs (push: Chat's)
     run_dir = make_running_run("drawn")
     append(run_dir / "metrics.jsonl", {"step": 1, "reward": 1.0})
     append(run_dir / "groups.jsonl", {"step": 1, "groups": []})
-    for part, outputs in train.PART_OUTPUTS.items():
-        assert set(train.live_view(shown, 0, "latest", run_dir.name, part)) == set(outputs), part
-    assert train.live_view(shown, 0, "latest", run_dir.name, "") == {}  # nothing moved: nothing is sent
-    everything = train.live_view(shown, 0, "latest", run_dir.name, train.ALL_PARTS)
-    assert set(everything) == {name for names in train.PART_OUTPUTS.values() for name in names}
+    for part, outputs in live_view.PART_OUTPUTS.items():
+        assert set(live_view.live_view(shown, 0, "latest", run_dir.name, part)) == set(outputs), part
+    assert live_view.live_view(shown, 0, "latest", run_dir.name, "") == {}  # nothing moved: nothing is sent
+    everything = live_view.live_view(shown, 0, "latest", run_dir.name, live_view.ALL_PARTS)
+    assert set(everything) == {name for names in live_view.PART_OUTPUTS.values() for name in names}
 
 
 def test_every_output_that_changes_is_in_a_part_whose_stamp_moved():
     """Draw the whole view before and after each change to the run files: an output that came out different
     belongs to a part whose stamp moved (else the page would keep showing the old one), and the handler, told
     the moved parts, sends those parts' outputs and no other."""
-    from ui import train
+    from ui import live_view
 
     shown, action = make_running_run("shown"), make_running_run("picked")
     changes = {
@@ -164,10 +164,10 @@ def test_every_output_that_changes_is_in_a_part_whose_stamp_moved():
         stamps, view = live.stamps(shown.name, action.name, settled()), draw_everything(shown.name, action.name)
         change()
         new_stamps, new_view = live.stamps(shown.name, action.name, settled()), draw_everything(shown.name, action.name)
-        moved = {part for part in train.PART_OUTPUTS if new_stamps[part] != stamps[part]}
+        moved = {part for part in live_view.PART_OUTPUTS if new_stamps[part] != stamps[part]}
         assert moved, what
         changed = {name for name in new_view if new_view[name] != view[name]}
-        stale = changed - {name for part in moved for name in train.PART_OUTPUTS[part]}
+        stale = changed - {name for part in moved for name in live_view.PART_OUTPUTS[part]}
         assert not stale, f"{what}: {sorted(stale)} changed, but no stamp of theirs moved (moved: {sorted(moved)})"
-        redrawn = train.live_view(shown.name, 0, "latest", action.name, " ".join(moved))
-        assert set(redrawn) == {name for part in moved for name in train.PART_OUTPUTS[part]}, what
+        redrawn = live_view.live_view(shown.name, 0, "latest", action.name, " ".join(moved))
+        assert set(redrawn) == {name for part in moved for name in live_view.PART_OUTPUTS[part]}, what

@@ -27,7 +27,7 @@ def base_weights(model) -> dict:
 
 def train_like_cycles(model, cycles: int, lr: float = 3e-4) -> None:
     """Merge, sample, unmerge, then an Adam-sized step on the LoRA weights (about lr per entry), as a run does."""
-    from pipeline import engine
+    from pipeline.models import engine
 
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, 256, (2, 6), generator=gen)
@@ -64,7 +64,7 @@ def test_fp32_base_weights_are_unchanged_after_merge_unmerge_cycles():
 
 
 def test_merged_sampling_uses_the_merged_weights_and_leaves_the_adapter_unmerged():
-    from pipeline import engine
+    from pipeline.models import engine
 
     model = tiny_lora_model(torch.bfloat16)
     with torch.no_grad():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.models import BUNDLED_LABEL, CATALOG, ModelError, catalog_choices, resolve_model
+from pipeline.models.loading import BUNDLED_LABEL, CATALOG, ModelError, catalog_choices, resolve_model
 
 
 def test_catalog_leads_with_the_bundled_model():
@@ -24,7 +24,7 @@ def test_catalog_leads_with_the_bundled_model():
     ("not a model!!", "is not a hub id"),
 ])
 def test_bad_model_choices_explain_themselves(model_id, fragment):
-    from pipeline.paths import data_dir
+    from pipeline.run_folder.paths import data_dir
 
     with pytest.raises(ModelError) as err:
         resolve_model(model_id.format(data=data_dir()))
@@ -32,7 +32,7 @@ def test_bad_model_choices_explain_themselves(model_id, fragment):
 
 
 def test_folder_without_config():
-    from pipeline.paths import data_dir
+    from pipeline.run_folder.paths import data_dir
 
     folder = data_dir() / "models" / "not-a-model"
     folder.mkdir(parents=True, exist_ok=True)
@@ -56,8 +56,8 @@ def test_unreachable_hub_id_fails_in_seconds_and_names_offline_default(monkeypat
 REFUSED_ALLOCATION = """
 import json, resource
 import psutil, torch
-from pipeline.generate import generation_error_message
-from pipeline.models import is_out_of_memory
+from pipeline.training.generate import generation_error_message
+from pipeline.models.loading import is_out_of_memory
 
 resource.setrlimit(resource.RLIMIT_AS, (psutil.Process().memory_info().vms + 2**28, resource.RLIM_INFINITY))
 try:
@@ -71,7 +71,7 @@ else:
 
 
 def test_a_real_failed_allocation_reads_as_out_of_memory():
-    from pipeline.generate import ChatModelError, generation_error_message
+    from pipeline.training.generate import ChatModelError, generation_error_message
 
     root = Path(__file__).resolve().parents[2]
     child = subprocess.run([sys.executable, "-c", REFUSED_ALLOCATION], cwd=root, capture_output=True, text=True,
@@ -94,7 +94,7 @@ def test_two_processes_needing_the_bundled_model_convert_it_once(tmp_path, monke
     import threading
     import time
 
-    from pipeline import models
+    from pipeline.models import loading as models
 
     monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
     calls = []

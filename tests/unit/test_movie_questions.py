@@ -7,12 +7,13 @@ import re
 
 import pytest
 
-from pipeline.config import PRESETS, RunConfig, apply_preset
-from pipeline.data import load_dataset_split, movie_rows, split_rows
-from pipeline.movie_questions import QUESTION_PREFIX, question_for
+from pipeline.setup.config import RunConfig
+from pipeline.setup.presets import PRESETS, apply_preset
+from pipeline.setup.data import load_dataset_split, movie_rows, split_rows
+from pipeline.setup.movie_questions import QUESTION_PREFIX, question_for
 from pipeline.rewards import FilmCitation, MovieTitle, reward_registry
 from pipeline.rewards.text import names_title, normalise_title
-from pipeline.task_metrics import movie_metrics, task_metrics
+from pipeline.training.task_metrics import movie_metrics, task_metrics
 from retrieval.movies import load_bundled
 
 ROWS = movie_rows()

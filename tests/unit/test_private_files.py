@@ -10,8 +10,9 @@ import sys
 import pytest
 
 import app
-from pipeline import paths, runner, runs
-from pipeline.config import RunConfig
+from pipeline import runner
+from pipeline.run_folder import paths, runs
+from pipeline.setup.config import RunConfig
 
 PR_GET_DUMPABLE = 3
 

@@ -1,14 +1,15 @@
-"""Probes: the held-out answers written during training (pipeline/probes.py), read back (runs.read_evals),
-shown in the Train tab (ui/views.py) and checked for a train/held-out split (pipeline/health.py)."""
+"""Probes: the held-out answers written during training (pipeline/training/probes.py), read back (runs.read_evals),
+shown in the Train tab (ui/probes_view.py) and checked for a train/held-out split (pipeline/training/health.py)."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from pipeline import probes, runs
-from pipeline.config import RunConfig
-from pipeline.health import health_warnings
-from ui import views
+from pipeline.run_folder import runs
+from pipeline.training import probes
+from pipeline.setup.config import RunConfig
+from pipeline.training.health import health_warnings
+from ui import charts, probes_view, views
 
 ROWS = [{"prompt": [{"role": "user", "content": "Post about <bike> lanes.\n\nTL;DR:"}], "source": "bike lanes"},
         {"prompt": [{"role": "user", "content": "Post about a roof.\n\nTL;DR:"}], "source": "library roof"}]
@@ -109,29 +110,29 @@ def test_probes_off_or_nothing_held_out_adds_no_callback(tmp_path):
 
 
 def test_probe_frame_has_total_and_each_reward():
-    frame = views.probe_frame(EVALS)
+    frame = probes_view.probe_frame(EVALS)
     assert set(frame["series"]) == {"total (weighted)", "length_target", "token_diversity"}
-    assert sorted(set(frame["step"])) == [0, 5, 10] and views.probe_frame([]) is None
+    assert sorted(set(frame["step"])) == [0, 5, 10] and probes_view.probe_frame([]) is None
 
 
 def test_word_diff_marks_inserted_and_struck_words():
-    out = views.word_diff_html("Bike lanes are new.", "New bike lanes open.")
+    out = probes_view.word_diff_html("Bike lanes are new.", "New bike lanes open.")
     assert out == "<del>Bike </del><ins>New bike </ins>lanes <del>are new</del><ins>open</ins>."
-    assert views.word_diff_html("same words", "same words") == "same words"
-    assert views.word_diff_html("", "<script>") == "<ins>&lt;script&gt;</ins>"
-    assert views.word_diff_html("line one\nline two", "line one\nline 2").startswith("line one\nline ")
+    assert probes_view.word_diff_html("same words", "same words") == "same words"
+    assert probes_view.word_diff_html("", "<script>") == "<ins>&lt;script&gt;</ins>"
+    assert probes_view.word_diff_html("line one\nline two", "line one\nline 2").startswith("line one\nline ")
 
 
 def test_empty_panel_explains_probes_with_the_run_settings():
-    text = views.probes_html([], None, {"probe_every": 5, "probe_prompts": 4}, "running")
+    text = probes_view.probes_html([], None, {"probe_every": 5, "probe_prompts": 4}, "running")
     assert "4 held-out prompts" in text and "every 5 steps" in text and "step 0 is the base model" in text
     assert "first probe" in text
-    assert "off" in views.probes_html([], None, {"probe_every": 0, "probe_prompts": 4}, "running")
-    assert "wrote no probes" in views.probes_html([], None, {"probe_every": 5}, "finished")
+    assert "off" in probes_view.probes_html([], None, {"probe_every": 0, "probe_prompts": 4}, "running")
+    assert "wrote no probes" in probes_view.probes_html([], None, {"probe_every": 5}, "finished")
 
 
 def test_panel_shows_the_latest_step_with_changes_scores_and_task_metric():
-    out = views.probes_html(EVALS, "latest", {"max_steps": 10}, "finished")
+    out = probes_view.probes_html(EVALS, "latest", {"max_steps": 10}, "finished")
     assert "data-step='10'" in out and "step 10 · end" in out
     assert "Compared with step 5" in out and "open <ins>downtown</ins>." in out
     assert "held-out reward <b>3</b> (+2 vs step 0)" in out
@@ -141,15 +142,15 @@ def test_panel_shows_the_latest_step_with_changes_scores_and_task_metric():
 
 
 def test_panel_scrubs_to_an_earlier_step():
-    base = views.probes_html(EVALS, "0", {"max_steps": 10}, "running")
+    base = probes_view.probes_html(EVALS, "0", {"max_steps": 10}, "running")
     assert "data-step='0'" in base and "step 0 · base" in base and "<ins>" not in base
-    middle = views.probes_html(EVALS, "5", {"max_steps": 10}, "running")
+    middle = probes_view.probes_html(EVALS, "5", {"max_steps": 10}, "running")
     assert "Compared with step 0" in middle and "unchanged since step 0" in middle
-    assert "data-step='10'" in views.probes_html(EVALS, "99", {}, "running")  # unknown step: the newest
+    assert "data-step='10'" in probes_view.probes_html(EVALS, "99", {}, "running")  # unknown step: the newest
 
 
 def test_step_choices_follow_the_probes():
-    choices = views.probe_choices(EVALS, max_steps=10, state="finished")
+    choices = probes_view.probe_choices(EVALS, max_steps=10, state="finished")
     assert choices == [("latest", "latest"), ("0 · base", "0"), ("5", "5"), ("10 · end", "10")]
 
 
@@ -187,8 +188,8 @@ def test_no_held_out_warning_when_both_fall_both_rise_or_too_few_probes():
 
 
 def test_train_tab_reads_a_runs_probes_and_draws_them_when_their_stamp_moves():
-    from pipeline import live
-    from ui.train import live_view, picked_probes
+    from pipeline.run_folder import live
+    from ui.live_view import live_view, picked_probes
 
     run_dir = runs.new_run_dir("probe-view")
     runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=10).to_dict())
@@ -214,15 +215,15 @@ def test_panel_shows_format_compliance_for_answers_with_a_reference():
     evals = [probes.probe_record(0, rows, ["4", "nine"], per, [0.0, 0.0], seconds=1.0) | {"reward": 0.0},
              probes.probe_record(5, rows, ["<think>2+2</think><answer>4</answer>", "<answer>6</answer>"], per,
                                  [1.0, 0.0], seconds=1.0) | {"reward": 0.5}]
-    assert "format compliance <b>0%</b>" in views.probes_html(evals, "0", {}, "running")
-    assert "format compliance <b>100%</b> (+100 points vs step 0)" in views.probes_html(evals, "latest", {}, "running")
-    assert "format compliance" not in views.probes_html(EVALS, "latest", {}, "running")  # TL;DR: no answers
+    assert "format compliance <b>0%</b>" in probes_view.probes_html(evals, "0", {}, "running")
+    assert "format compliance <b>100%</b> (+100 points vs step 0)" in probes_view.probes_html(evals, "latest", {}, "running")
+    assert "format compliance" not in probes_view.probes_html(EVALS, "latest", {}, "running")  # TL;DR: no answers
 
 
 def test_monitors_are_marked_in_the_reward_chart_and_the_group_inspector():
     rows = [{"step": 1, "reward": 1.0, "reward_weights": {"correct": 1.0, "strict": 0.0},
              "rewards": {"correct": {"mean": 1.0}, "strict": {"mean": 0.5}}}]
-    assert set(views.reward_frame(rows)["series"]) == {"total (weighted)", "correct", "strict (monitor, weight 0)"}
+    assert set(charts.reward_frame(rows)["series"]) == {"total (weighted)", "correct", "strict (monitor, weight 0)"}
     record = {"step": 1, "weights": {"correct": 1.0, "strict": 0.0}, "groups": [{"prompt": "p", "completions": [
         {"completion": "a", "rewards": {"correct": 1.0, "strict": 0.0}, "total": 1.0, "advantage": 0.7},
         {"completion": "b", "rewards": {"correct": 0.0, "strict": 1.0}, "total": 0.0, "advantage": -0.7}]}]}
@@ -231,5 +232,5 @@ def test_monitors_are_marked_in_the_reward_chart_and_the_group_inspector():
 
 def test_zero_std_share_is_charted():
     rows = [{"step": 1, "frac_reward_zero_std": 0.5}, {"step": 2, "frac_reward_zero_std": 0.0}]
-    assert views.metric_frame(rows, "frac_reward_zero_std")["value"].tolist() == [0.5, 0.0]
-    assert "loss" in views.CHARTS and "near 0" in views.LOSS_NOTE and "Train reward" in views.LOSS_NOTE
+    assert charts.metric_frame(rows, "frac_reward_zero_std")["value"].tolist() == [0.5, 0.0]
+    assert "loss" in charts.CHARTS and "near 0" in charts.LOSS_NOTE and "Train reward" in charts.LOSS_NOTE

@@ -6,7 +6,7 @@ import time
 
 import psutil
 
-from pipeline.processes import end_processes, end_tree
+from pipeline.run_folder.processes import end_processes, end_tree
 
 # A parent that starts a grandchild and waits: the tree end_tree must take down whole.
 TREE = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']).wait()"

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from pipeline.config import RewardSpec, RunConfig
-from pipeline.reward_check import needs_isolation, score_isolated
+from pipeline.setup.config import RewardSpec, RunConfig
+from pipeline.setup.reward_check import needs_isolation, score_isolated
 from pipeline.rewards import GuardedReward, RewardFunctionError, build_rewards, reward_registry
 from tests.integration.helpers import stand_in
 
@@ -199,7 +199,8 @@ def test_a_trainer_with_custom_rewards_starts_without_tokens(secrets_in_the_serv
     custom code keeps the token (a gated hub model needs it)."""
     import json
 
-    from pipeline import runner, runs
+    from pipeline import runner
+    from pipeline.run_folder import runs
 
     monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
     dump = "import json, os, sys; json.dump(sorted(os.environ), open(sys.argv[-1] + '/env.json', 'w'))"

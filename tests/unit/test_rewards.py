@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from pipeline.config import RewardSpec
+from pipeline.setup.config import RewardSpec
 from pipeline.rewards import (
     GuardedReward, RewardFunctionError, build_rewards, reward_registry, score,
 )
@@ -145,7 +145,7 @@ def test_every_registered_reward_declares_its_best_score():
 
 
 def test_post_similarity_needs_the_summarised_text():
-    from pipeline.config import DatasetSpec, RunConfig
+    from pipeline.setup.config import DatasetSpec, RunConfig
 
     with pytest.raises(RewardFunctionError, match="source"):
         build_rewards([RewardSpec("post_similarity")])[0][0](["a summary"])

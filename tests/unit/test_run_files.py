@@ -1,4 +1,4 @@
-"""Run file names have one owner, pipeline/run_files.py: no module of the app spells one as a string of its own,
+"""Run file names have one owner, pipeline/run_folder/run_files.py: no module of the app spells one as a string of its own,
 so renaming a file (or asking where one is written) is one place to look."""
 
 from __future__ import annotations
@@ -6,15 +6,15 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from pipeline import run_files
+from pipeline.run_folder import run_files
 
 ROOT = Path(__file__).resolve().parents[2]
 # The same words meaning something other than a run file: a Hugging Face model folder's config.json, the
 # bundled model's conversion marker, and the report_to choice that names TensorBoard.
 OTHER_MEANINGS = {
-    "pipeline/gpu_memory.py": {"config.json"},
-    "pipeline/models.py": {"config.json", ".complete", "tensorboard"},
-    "pipeline/config.py": {"tensorboard"},
+    "pipeline/setup/gpu_memory.py": {"config.json"},
+    "pipeline/models/loading.py": {"config.json", ".complete", "tensorboard"},
+    "pipeline/setup/config.py": {"tensorboard"},
     "pipeline/train.py": {"tensorboard"},
 }
 
@@ -29,7 +29,7 @@ def literals_naming_run_files() -> list[str]:
     sources = [ROOT / "app.py", *(p for d in ("pipeline", "ui", "retrieval") for p in sorted((ROOT / d).rglob("*.py")))]
     for path in sources:
         rel = path.relative_to(ROOT).as_posix()
-        if rel == "pipeline/run_files.py":
+        if rel == "pipeline/run_folder/run_files.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and node.value in names - OTHER_MEANINGS.get(rel, set()):

@@ -8,9 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline import owners, run_files, runner, runs
-from pipeline.config import RunConfig
-from pipeline.owners import Actor, may_act
+from pipeline import runner
+from pipeline.run_folder import owners, run_files, runs
+from pipeline.setup.config import RunConfig
+from pipeline.run_folder.owners import Actor, may_act
 
 
 @pytest.fixture
@@ -50,25 +51,25 @@ def test_start_records_the_logged_in_user_once_and_no_one_without_a_login(own_ru
 
 
 def test_another_users_delete_is_refused_and_the_owners_goes(own_runs):
-    from ui import train
+    from ui import runs_panel
 
     run_dir = alices_run()
-    message, _ = train.delete_run(run_dir.name, True, [], login("bob"))
+    message, _ = runs_panel.delete_run(run_dir.name, True, [], login("bob"))
     assert message == (f"❌ Run '{run_dir.name}' belongs to alice: only alice or an operator may delete it. "
                        "You can still watch it and chat with it.")
     assert run_dir.is_dir()
-    message, _ = train.delete_run(run_dir.name, True, [], login("alice"))
+    message, _ = runs_panel.delete_run(run_dir.name, True, [], login("alice"))
     assert message == f"🗑 Deleted **{run_dir.name}**." and not run_dir.exists()
 
 
 def test_an_operator_deletes_any_run_and_anyone_deletes_a_run_without_an_owner(own_runs):
-    from ui import train
+    from ui import runs_panel
 
     run_dir = alices_run()
-    assert train.delete_run(run_dir.name, True, ["carol"], login("carol"))[0].startswith("🗑")
+    assert runs_panel.delete_run(run_dir.name, True, ["carol"], login("carol"))[0].startswith("🗑")
     older = runs.new_run_dir("older")  # from before owners were recorded
     runs.write_json_atomic(older / "config.json", RunConfig().to_dict())
-    assert train.delete_run(older.name, True, [], login("bob"))[0].startswith("🗑")
+    assert runs_panel.delete_run(older.name, True, [], login("bob"))[0].startswith("🗑")
 
 
 @pytest.fixture
@@ -83,21 +84,21 @@ def alices_training(own_runs):
 
 
 def test_another_users_stop_is_refused_and_the_owners_stops_it(alices_training):
-    from ui import train
+    from ui import runs_panel
 
     run_dir, proc = alices_training
     assert runs.read_status(run_dir)["state"] == "queued"
-    message = train.stop_training(run_dir.name, [], login("bob"))
+    message = runs_panel.stop_training(run_dir.name, [], login("bob"))
     assert message.startswith(f"❌ Run '{run_dir.name}' belongs to alice: only alice or an operator may stop it.")
     assert proc.poll() is None  # never signalled
-    message = train.stop_training(run_dir.name, [], login("alice"))
+    message = runs_panel.stop_training(run_dir.name, [], login("alice"))
     assert message.startswith(f"⏹ Stop requested for **{run_dir.name}**")
     assert proc.wait(timeout=10) != 0  # the SIGTERM reached it
 
 
 def test_resume_evaluate_export_and_push_are_the_owners(own_runs, monkeypatch):
     from pipeline import export
-    from ui import chat, train
+    from ui import chat, runs_panel
 
     run_dir = alices_run()
     (run_dir / "merged").mkdir()
@@ -106,25 +107,25 @@ def test_resume_evaluate_export_and_push_are_the_owners(own_runs, monkeypatch):
     monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1, **kw: None)  # nothing really starts
     bob = login("bob")
     refused = f"Run '{run_dir.name}' belongs to alice: only alice or an operator may"
-    assert train.resume_training(run_dir.name, False, [], bob)[1] == (
+    assert runs_panel.resume_training(run_dir.name, False, [], bob)[1] == (
         f"❌ {refused} resume it. You can still watch it and chat with it.")
-    assert train.evaluate_run(run_dir.name, [], bob).startswith(f"❌ {refused} evaluate it.")
+    assert runs_panel.evaluate_run(run_dir.name, [], bob).startswith(f"❌ {refused} evaluate it.")
     files, message, _ = chat.export_run("choice", [], bob)
     assert files is None and message.startswith(f"{refused} export it.")
     assert chat.push_to_hub("choice", "bob/model", "hf_token", [], bob).startswith(f"⚠️ {refused} push it to the Hub.")
     with pytest.raises(export.ExportError, match="belongs to alice"):
         export.export_zips(run_dir, actor=Actor("bob"))
     assert not list(runs.data_dir().glob("exports/*.zip"))  # nothing was zipped for bob
-    assert train.resume_training(run_dir.name, False, [], login("alice"))[1].startswith("▶ Resuming")
+    assert runs_panel.resume_training(run_dir.name, False, [], login("alice"))[1].startswith("▶ Resuming")
 
 
 def test_the_runs_table_says_whose_run_it_is_once_a_run_has_an_owner(own_runs):
-    from ui import train
+    from ui import runs_panel
 
     runner_less = runs.new_run_dir("anyones")
     runs.write_json_atomic(runner_less / "config.json", RunConfig().to_dict())
-    assert "owner" not in train.runs_table().columns  # no logins: no column to read
+    assert "owner" not in runs_panel.runs_table().columns  # no logins: no column to read
     run_dir = alices_run()
-    table = train.runs_table()
+    table = runs_panel.runs_table()
     owner_of = dict(zip(table["run"], table["owner"]))
     assert owner_of[run_dir.name] == "alice" and not isinstance(owner_of[runner_less.name], str)

@@ -4,8 +4,9 @@ import time
 
 import pytest
 
-from pipeline import run_files, runner, runs
-from pipeline.config import RunConfig
+from pipeline import runner
+from pipeline.run_folder import run_files, runs
+from pipeline.setup.config import RunConfig
 from tests.integration.helpers import stand_in
 
 
@@ -23,7 +24,7 @@ def _fake_trainer(run_dir, seconds=30):
     """A stand-in process that behaves like the trainer towards the status file (starts, waits, obeys SIGTERM)."""
     code = (
         "import signal, sys, time, os\n"
-        "from pipeline import runs\n"
+        "from pipeline.run_folder import runs\n"
         f"d = {str(run_dir)!r}\n"
         "runs.write_status(d, 'running', pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()))\n"
         "signal.signal(signal.SIGTERM, lambda *a: (runs.write_status(d, 'stopped'), sys.exit(0)))\n"
@@ -228,9 +229,9 @@ def test_two_starts_at_once_start_one_run(own_runs, monkeypatch):
 
 def _hold_start_lock_elsewhere(seconds: float, then: str = "") -> subprocess.Popen:
     """Another process (a second app, a script) holding the start lock for `seconds`, then running the line
-    `then` (pipeline.runs is imported) before it lets go; returns once it holds the lock."""
+    `then` (pipeline.run_folder.runs is imported) before it lets go; returns once it holds the lock."""
     code = ("import sys, time\n"
-            "from pipeline import runner, runs\n"
+            "from pipeline import runner; from pipeline.run_folder import runs\n"
             "with runner.start_lock():\n"
             "    print('locked', flush=True)\n"
             f"    time.sleep({seconds})\n"
@@ -267,7 +268,7 @@ def test_a_live_trainer_stays_alive_when_the_system_clock_steps(own_runs, unrela
     with it. The trainer's start is compared in ticks since boot, which no clock step moves."""
     import psutil
 
-    from pipeline import jobstate
+    from pipeline.run_folder import jobstate
 
     pid = unrelated_process.pid
     run_dir = runs.new_run_dir("clock")

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from pipeline import jobstate, run_files, runs
+from pipeline.run_folder import jobstate, run_files, runs
 
 
 def test_status_is_atomic_and_merged(tmp_path):
@@ -79,7 +79,7 @@ def test_run_listing_and_delete_guard(tmp_path):
 
 
 def test_a_run_folder_that_was_never_started_does_not_block_training(tmp_path):
-    from pipeline.config import RunConfig
+    from pipeline.setup.config import RunConfig
     from pipeline.runner import active_run
 
     run_dir = runs.new_run_dir("template-only")
@@ -100,7 +100,7 @@ def test_a_launch_that_never_started_reads_as_failed_after_a_grace_period():
 
 
 def _finished_run(label: str):
-    from pipeline.config import RunConfig
+    from pipeline.setup.config import RunConfig
 
     run = runs.new_run_dir(label)
     runs.write_json_atomic(run / "config.json", RunConfig(max_steps=2).to_dict())
@@ -189,9 +189,9 @@ BAD_RUN_NAMES = ["bad" + chr(0) + "name", "x" * 300, "../../etc", "/etc/passwd",
 def test_every_run_name_entry_point_answers_a_bad_name_with_a_reason(name):
     """A NUL byte or 300 characters once made the first stat() raise (a 500 with no message in the live poll).
     One check, runs.run_name_problem, runs before any name reaches the file system."""
-    from pipeline import live
-    from pipeline.generate import ChatModelError, run_for_choice
-    from ui import train
+    from pipeline.run_folder import live
+    from pipeline.training.generate import ChatModelError, run_for_choice
+    from ui import live_view, runs_panel
 
     problem = runs.run_name_problem(name)
     assert problem and "run name" in problem or "No run picked" in problem, problem
@@ -199,10 +199,10 @@ def test_every_run_name_entry_point_answers_a_bad_name_with_a_reason(name):
     stamps = live.stamps(name, name)
     assert stamps["progress"] == stamps["jobs"].split(";")[0] == f"refused: {problem}"
     assert live.stamps(name, name) == stamps  # the next poll finds nothing moved: nothing is redrawn
-    view = train.live_view(name, 0, "latest", name)
+    view = live_view.live_view(name, 0, "latest", name)
     assert "data-state='refused'" in view["progress"] and view["log"] == ""
-    assert train.stop_training(name) == "Pick a run to stop."
-    assert train.delete_run(name, True) == ("Pick a run to delete.", False)
+    assert runs_panel.stop_training(name) == "Pick a run to stop."
+    assert runs_panel.delete_run(name, True) == ("Pick a run to delete.", False)
     if isinstance(name, str):
         with pytest.raises(ChatModelError):
             run_for_choice("run:" + name)

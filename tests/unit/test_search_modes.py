@@ -33,7 +33,7 @@ def test_an_unknown_mode_names_the_valid_ones():
 def test_a_registered_mode_appears_in_the_rag_tab(fake_mode, tmp_path):
     import gradio as gr
 
-    from pipeline.generate import ModelCache
+    from pipeline.training.generate import ModelCache
     from retrieval.store import MovieStore
     from ui import rag
     from ui.tab import TabContext

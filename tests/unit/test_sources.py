@@ -1,4 +1,4 @@
-"""What a user may type as a model, an embedder or a hub dataset (pipeline/sources.py), checked at every entry
+"""What a user may type as a model, an embedder or a hub dataset (pipeline/models/sources.py), checked at every entry
 point: the config check at Start, the loaders where files are opened, the Train tab's preview. And whose Hub
 token the downloads use when the app is shared."""
 
@@ -7,12 +7,12 @@ import os
 import pytest
 
 import app
-from pipeline import sources
-from pipeline.config import DatasetSpec, RunConfig
-from pipeline.data import DatasetError, load_rows
-from pipeline.models import ModelError, resolve_model
-from pipeline.paths import data_dir
-from pipeline.sources import SourceRefused, check_source
+from pipeline.models import sources
+from pipeline.setup.config import DatasetSpec, RunConfig
+from pipeline.setup.data import DatasetError, load_rows
+from pipeline.models.loading import ModelError, resolve_model
+from pipeline.run_folder.paths import data_dir
+from pipeline.models.sources import SourceRefused, check_source
 
 SECRET = "API_KEY=sk-test-4f1c"
 
@@ -97,7 +97,7 @@ def test_a_dataset_folder_outside_is_never_read(secret_folder):
     """The Train tab's hub dataset field with a server folder: refused before any loader runs; the Preview
     shows the reason, never the folder's rows."""
     from ui.form import config_to_form
-    from ui.train import preview_dataset
+    from ui.train_form import preview_dataset
 
     spec = DatasetSpec(source="hub", hub_id=str(secret_folder), prompt_column="text")
     with pytest.raises(DatasetError, match="outside the folders this app reads datasets from") as refused:
@@ -125,7 +125,7 @@ def test_a_hub_id_is_looked_up_on_the_hub_never_as_a_folder_here(tmp_path, monke
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")  # never the user's own cache
-    monkeypatch.setattr("pipeline.hub.require_hub", lambda *args, **kwargs: None)  # as if online
+    monkeypatch.setattr("pipeline.models.hub.require_hub", lambda *args, **kwargs: None)  # as if online
     spec = DatasetSpec(source="hub", hub_id="leak", prompt_column="text")
     with pytest.raises(DatasetError) as failed:
         load_rows(spec)
@@ -142,7 +142,7 @@ def test_a_dataset_folder_under_the_data_folder_loads():
 
 def test_model_fields_refuse_server_folders_where_the_model_is_opened(secret_folder):
     """resolve_model is where the trainer, the evaluator, Chat, RAG and the reward bench open a model."""
-    from pipeline.generate import ChatModelError, _load_choice
+    from pipeline.training.generate import ChatModelError, _load_choice
 
     with pytest.raises(ModelError, match="outside the folders this app reads models from"):
         resolve_model(str(secret_folder))
@@ -175,7 +175,7 @@ def test_a_shared_app_withholds_its_hub_token_unless_lent(monkeypatch):
         return "/snapshot"
 
     monkeypatch.setattr("huggingface_hub.snapshot_download", snapshot_download)
-    monkeypatch.setattr("pipeline.models.require_hub", lambda *args, **kwargs: None)
+    monkeypatch.setattr("pipeline.models.loading.require_hub", lambda *args, **kwargs: None)
     anonymous = str(data_dir() / "cache" / "hub-anonymous")
     for flags, shared, token, cache in (
             ([], False, None, None), (["--auth", "a:b"], True, False, anonymous),
@@ -200,7 +200,7 @@ def test_a_shared_app_withholds_its_token_from_dataset_downloads(monkeypatch):
         raise ConnectionError("offline in this test")
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    monkeypatch.setattr("pipeline.hub.require_hub", lambda *args, **kwargs: None)
+    monkeypatch.setattr("pipeline.models.hub.require_hub", lambda *args, **kwargs: None)
     sources.withhold_hub_token(True)
     with pytest.raises(DatasetError, match="could not be loaded"):
         load_rows(DatasetSpec(source="hub", hub_id="someone/private-set"))

@@ -11,9 +11,9 @@ import json
 import pytest
 import torch
 
-from pipeline import engine, static_decode
-from pipeline.config import RunConfig
-from pipeline.static_decode import StaticDecoder
+from pipeline.models import engine, static_decode
+from pipeline.setup.config import RunConfig
+from pipeline.models.static_decode import StaticDecoder
 from tests.unit.test_trainer_engine import studio_trainer
 
 PROMPTS = [[2, 3, 4, 5, 6], [7, 8], [9, 10, 11]]
@@ -201,7 +201,7 @@ def test_pre_flight_counts_the_static_buffers_for_the_whole_step():
     """Static decoding keeps its key/value buffers and merged weight copies through training, where the eager
     path frees them after sampling: the estimate's training phase carries them, a run that can't decode
     statically (gradient checkpointing) does not, and 'Generation engine: eager' is offered as a saving."""
-    from pipeline.gpu_memory import KNOWN_SHAPES, estimate, settings_from_config, suggestions
+    from pipeline.setup.gpu_memory import KNOWN_SHAPES, estimate, settings_from_config, suggestions
 
     shape = next(iter(KNOWN_SHAPES.values()))
     static = settings_from_config(RunConfig(), "bf16", 200)

@@ -7,8 +7,8 @@ random Llama inside TRL's real GRPOTrainer: seconds, no bundled model."""
 import pytest
 import torch
 
-from pipeline import engine
-from pipeline.config import RunConfig
+from pipeline.models import engine
+from pipeline.setup.config import RunConfig
 
 VOCAB = 16
 
@@ -53,7 +53,7 @@ def saved_tiny_model(tmp_path, monkeypatch):
 
 def studio_trainer(tmp_path, **config):
     """The studio's trainer subclass with the GRPO arguments the studio builds from a RunConfig."""
-    from pipeline.train import grpo_args, make_trainer_class
+    from pipeline.training.grpo_trainer import grpo_args, make_trainer_class
 
     cfg = RunConfig(**{"num_generations": 4, "batch_size": 4, **config})
     trainer = make_trainer_class()(args=grpo_args(cfg, tmp_path, "cpu", "fp32"), **tiny_parts())

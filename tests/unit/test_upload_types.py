@@ -5,7 +5,7 @@ reader would parse a .txt as CSV, so only the tab's check keeps it out."""
 
 import pytest
 
-from pipeline import runs
+from pipeline.run_folder import runs
 
 CSV = "Title,Release Year,Plot\nPaper Moons,2001,A forger fakes the moon. Nobody notices.\n"
 
@@ -33,7 +33,7 @@ def upload_file(tmp_path, name: str):
 
 @pytest.mark.parametrize("name", ["films.txt", "films.exe", "prompts.tsv"])
 def test_train_tab_refuses_other_file_types_itself(own_data, tmp_path, name):
-    from ui.train import store_upload
+    from ui.train_form import store_upload
 
     stored, prompt_col, answer_col, message = store_upload(str(upload_file(tmp_path, name)))
     assert message == f"❌ {name}: use a .csv, .jsonl, .json file."
@@ -57,7 +57,7 @@ def test_both_tabs_take_a_csv(own_data, tmp_path):
     """The same handlers with an accepted type do store it: the refusals above are the type check's."""
     from retrieval.store import MovieStore
     from ui import rag as rag_ui
-    from ui.train import store_upload
+    from ui.train_form import store_upload
 
     films = upload_file(tmp_path, "films.csv")
     stored, _, _, message = store_upload(str(films))
@@ -86,7 +86,7 @@ def test_the_shared_upload_helper_checks_copies_and_names(own_data, tmp_path):
 def test_an_unreadable_upload_is_named_as_given_and_not_kept(own_data, tmp_path, tab):
     from retrieval.store import MovieStore
     from ui import rag as rag_ui
-    from ui.train import store_upload
+    from ui.train_form import store_upload
 
     bad = tmp_path / "broken.jsonl"
     bad.write_text("{not json\n")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from pipeline.paths import data_dir
+from pipeline.run_folder.paths import data_dir
 
 LOCAL_DIRS_ENV = "GRPO_STUDIO_LOCAL_DIRS"  # folders the operator allowed, os.pathsep-separated
 WITHHOLD_TOKEN_ENV = "GRPO_STUDIO_WITHHOLD_HUB_TOKEN"  # "1": downloads go without the server's Hub token

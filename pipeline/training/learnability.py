@@ -2,7 +2,7 @@
 
 GRPO learns from the differences between a prompt's G completions. When all G score the same, every
 advantage is 0 and the prompt teaches nothing, however long the run. The scan samples G completions
-for a few prompts before a run starts (pipeline/preflight.py: learnability_scan) and this module reads
+for a few prompts before a run starts (pipeline/training/preflight.py: learnability_scan) and this module reads
 the scores: the spread per prompt, the share of prompts with no signal, why they have none, and the fix
 to try. Pure Python: no torch, no Gradio.
 """
@@ -13,10 +13,10 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pipeline.advantages import group_stats
-from pipeline.data import DatasetError
-from pipeline.health import ZERO_STD_FRACTION
-from pipeline.probes import prompt_text
+from pipeline.rewards.advantages import group_stats
+from pipeline.setup.data import DatasetError
+from pipeline.training.health import ZERO_STD_FRACTION
+from pipeline.training.probes import prompt_text
 
 # Scores closer than this count as equal: as in the trainer's share of groups with zero std.
 TOLERANCE = 1e-8
@@ -253,7 +253,7 @@ def keep_prompts(rows: list[dict], kept: list[str]) -> list[dict]:
     >>> keep_prompts(rows, ["9-1?"])
     Traceback (most recent call last):
     ...
-    pipeline.data.DatasetError: 1 of the 1 prompts the learnability scan kept are not among the training prompts (first: '9-1?'). The dataset, seed or held-out share changed since the scan: run the scan again.
+    pipeline.setup.data.DatasetError: 1 of the 1 prompts the learnability scan kept are not among the training prompts (first: '9-1?'). The dataset, seed or held-out share changed since the scan: run the scan again.
     """
     wanted = set(kept)
     out = [row for row in rows if prompt_text(row["prompt"]) in wanted]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.config import RunConfig
+from pipeline.setup.config import RunConfig
 
 
 @dataclass
@@ -17,11 +17,11 @@ class Check:
 def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]:
     """Config, dataset, model, prompt budget, trainer, GPU memory (on a GPU) and rewards, in that order; later
     checks need earlier ones."""
-    from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
-    from pipeline.learnability import keep_prompts
-    from pipeline.models import ModelError, count_prompt_tokens, load_tokenizer, resolve_model
-    from pipeline.probes import reward_kwargs
-    from pipeline.reward_check import needs_isolation, score_isolated
+    from pipeline.setup.data import DatasetError, check_prompt_budget, load_dataset_split
+    from pipeline.training.learnability import keep_prompts
+    from pipeline.models.loading import ModelError, count_prompt_tokens, load_tokenizer, resolve_model
+    from pipeline.training.probes import reward_kwargs
+    from pipeline.setup.reward_check import needs_isolation, score_isolated
     from pipeline.rewards import build_rewards, score
 
     checks: list[Check] = []
@@ -91,8 +91,8 @@ def trainer_check(cfg: RunConfig) -> Check:
     import tempfile
     from pathlib import Path
 
-    from pipeline.models import ModelError, gpu_count, pick_device, resolve_precision, runtime_problems
-    from pipeline.train import grpo_args, trainer_refusals
+    from pipeline.models.loading import ModelError, gpu_count, pick_device, resolve_precision, runtime_problems
+    from pipeline.training.grpo_trainer import grpo_args, trainer_refusals
 
     device = pick_device()
     problems = []
@@ -116,11 +116,11 @@ def trainer_check(cfg: RunConfig) -> Check:
 def memory_check(cfg: RunConfig, prompt_tokens: int | None = None, device: str | None = None,
                  precision: str | None = None, card: tuple[int, int, bool] | None = None) -> Check | None:
     """Will the run fit the GPU's memory? Estimated from the model's config.json (no weights loaded) and the settings
-    (pipeline/gpu_memory.py), before anything loads; when it will not fit, the settings that would make it fit,
+    (pipeline/setup/gpu_memory.py), before anything loads; when it will not fit, the settings that would make it fit,
     largest saving first. None on a CPU (nothing new to say there). `device`, `precision` and `card` (free and
     total bytes, native bf16) default to this machine's."""
-    from pipeline import gpu_memory
-    from pipeline.models import ModelError, pick_device, resolve_precision
+    from pipeline.setup import gpu_memory
+    from pipeline.models.loading import ModelError, pick_device, resolve_precision
 
     device = device or pick_device()
     if device != "cuda":
@@ -146,20 +146,20 @@ SCAN_PROMPTS = 8
 def learnability_scan(cfg: RunConfig, prompts: int = SCAN_PROMPTS, allow_custom_rewards: bool = False,
                       model=None, tokenizer=None, progress=None):
     """Sample G completions for the first `prompts` training prompts with the run's sampling settings, score them
-    with the run's rewards under the trainer's guard, and read the scores (pipeline/learnability.py): which
+    with the run's rewards under the trainer's guard, and read the scores (pipeline/training/learnability.py): which
     prompts give GRPO something to learn from. `model` and `tokenizer` default to loading cfg.model; `progress`
     (a callable taking a share and a description) hears of each stage. Raises ConfigError or DatasetError with
     the reason when the settings or the prompts can't be scanned."""
     import dataclasses
     import time
 
-    from pipeline.config import ConfigError
-    from pipeline.data import DatasetError, load_dataset_split
-    from pipeline.generate import sample_groups
-    from pipeline.learnability import scan_report
-    from pipeline.models import load_model
-    from pipeline.probes import prompt_text, reward_kwargs
-    from pipeline.reward_check import needs_isolation, score_isolated
+    from pipeline.setup.config import ConfigError
+    from pipeline.setup.data import DatasetError, load_dataset_split
+    from pipeline.training.generate import sample_groups
+    from pipeline.training.learnability import scan_report
+    from pipeline.models.loading import load_model
+    from pipeline.training.probes import prompt_text, reward_kwargs
+    from pipeline.setup.reward_check import needs_isolation, score_isolated
     from pipeline.rewards import build_rewards, reward_registry, score
 
     def tell(share: float, what: str) -> None:

@@ -2,8 +2,8 @@
 
 A run directory is the only thing the trainer, the evaluator and the UI share. Which file holds what,
 who writes it and when is decided in one place, docs/run-files.md; the files' names are in
-pipeline/run_files.py. The JSON plumbing lives in pipeline/jsonio.py and the job state files in
-pipeline/jobstate.py; the run's state and JSON helpers are re-exported here (`runs.write_status`,
+pipeline/run_folder/run_files.py. The JSON plumbing lives in pipeline/run_folder/jsonio.py and the job state files in
+pipeline/run_folder/jobstate.py; the run's state and JSON helpers are re-exported here (`runs.write_status`,
 `runs.read_jsonl`).
 `snapshot(run_dir)` is what the live view reads of a run, in one call. No torch or gradio import.
 """
@@ -22,15 +22,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.jobstate import busy_with, job_status
-from pipeline.jobstate import (  # noqa: F401 - re-exported: the run's state, as callers know it (runs.<name>)
+from pipeline.run_folder.jobstate import busy_with, job_status
+from pipeline.run_folder.jobstate import (  # noqa: F401 - re-exported: the run's state, as callers know it (runs.<name>)
     ACTIVE_STATES, DAMAGED, launcher, launcher_alive, process_create_time, process_start, read_status, write_status)
-from pipeline.jsonio import _read_json, file_problem
-from pipeline.jsonio import (  # noqa: F401 - re-exported: the JSON files of a run
+from pipeline.run_folder.jsonio import _read_json, file_problem
+from pipeline.run_folder.jsonio import (  # noqa: F401 - re-exported: the JSON files of a run
     append_jsonl, read_json, read_jsonl, unreadable_lines, write_json_atomic)
-from pipeline import jobs, run_files
-from pipeline import owners
-from pipeline.paths import data_dir  # also imported from here by the app and the tabs
+from pipeline.run_folder import jobs, run_files
+from pipeline.run_folder import owners
+from pipeline.run_folder.paths import data_dir  # also imported from here by the app and the tabs
 
 
 
@@ -94,7 +94,7 @@ def read_groups(run_dir: str | Path) -> list[dict]:
 
 
 def read_evals(run_dir: str | Path) -> list[dict]:
-    """Probe lines (pipeline/probes.py) by step; a probe re-run after a resume replaces the old line."""
+    """Probe lines (pipeline/training/probes.py) by step; a probe re-run after a resume replaces the old line."""
     return _last_per_step(read_jsonl(Path(run_dir) / run_files.EVALS))
 
 
@@ -407,6 +407,6 @@ def delete_run(run_dir: str | Path, actor: owners.Actor | None = None) -> None:
     if refusal:
         raise ValueError(refusal)
     with start_lock():
-        for job in busy_with(run_dir):  # any kind of job (pipeline/jobs.py) still reading or writing it
+        for job in busy_with(run_dir):  # any kind of job (pipeline/run_folder/jobs.py) still reading or writing it
             raise ValueError(f"This run is {job.doing}: wait for {job.what} or stop it first.")
         shutil.rmtree(run_dir)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from pipeline import run_files, runs
+from pipeline.run_folder import run_files, runs
 
 
 def generate_batch(model, tokenizer, prompts: list[list[dict]], max_new_tokens: int = 64,
@@ -36,12 +36,12 @@ def sample_groups(model, tokenizer, prompts: list, group_size: int, max_new_toke
                   top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, repetition_penalty: float = 1.0,
                   seed: int | None = None, prompts_per_batch: int = 4) -> list[list[str]]:
     """G sampled completions for each prompt, as the trainer samples them: the chat template with the generation
-    prompt, the run's sampling settings, each prompt pre-filled once for its G completions (pipeline/engine.py).
+    prompt, the run's sampling settings, each prompt pre-filled once for its G completions (pipeline/models/engine.py).
     `seed` makes the draw repeatable without touching the sampling of the rest of the process."""
     import torch
     from transformers import GenerationConfig
 
-    from pipeline.engine import cpu_decoding, generate_shared_prefill
+    from pipeline.models.engine import cpu_decoding, generate_shared_prefill
 
     def ids_of(prompt) -> list[int]:
         text = (tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
@@ -205,7 +205,7 @@ class ModelChoice:
 def base_choice(choice: "str | ModelChoice") -> str | None:
     """The base model a run or checkpoint choice was trained from, as a choice value; None for a base model
     (it has no base of its own)."""
-    from pipeline.config import RunConfig
+    from pipeline.setup.config import RunConfig
 
     run_dir = ModelChoice.parse(choice).run_dir()
     if run_dir is None:
@@ -215,7 +215,7 @@ def base_choice(choice: "str | ModelChoice") -> str | None:
 
 def chat_choices() -> list[tuple[str, str]]:
     """(label, value) for every model one can chat with: finished runs, their checkpoints, the catalog."""
-    from pipeline.models import catalog_choices
+    from pipeline.models.loading import catalog_choices
 
     out: list[tuple[str, str]] = []
     for run_dir in runs.iter_run_dirs():
@@ -233,7 +233,7 @@ class ChatModelError(RuntimeError):
 
 def generation_error_message(exc: BaseException) -> str:
     """What the Chat and RAG tabs show when loading or generating fails (the app keeps serving)."""
-    from pipeline.models import is_out_of_memory, out_of_memory_message
+    from pipeline.models.loading import is_out_of_memory, out_of_memory_message
 
     # Out of memory first: a model too big to load arrives as "Could not load '...': Cannot allocate memory".
     if is_out_of_memory(exc):
@@ -264,8 +264,8 @@ def run_for_choice(choice: "str | ModelChoice") -> Path | None:
 
 
 def _load_choice(choice: "str | ModelChoice"):
-    from pipeline.config import RunConfig
-    from pipeline.models import ModelError, load_model
+    from pipeline.setup.config import RunConfig
+    from pipeline.models.loading import ModelError, load_model
 
     choice = ModelChoice.parse(choice)
     run_dir = choice.run_dir()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline import engine
+from pipeline.models import engine
 
 # The host checks whether every row has ended once per this many tokens (one sync, not one per token).
 CHECK_EVERY = 16

@@ -2,7 +2,7 @@
 code is involved (pre-flight check, reward test bench), so that code never runs in the server itself, and
 the child gets only the environment custom code may see (no tokens or credentials: rewards/custom.py).
 
-    echo '{"rewards": [...], "completions": ["..."], "kwargs": {}}' | python -m pipeline.reward_check
+    echo '{"rewards": [...], "completions": ["..."], "kwargs": {}}' | python -m pipeline.setup.reward_check
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from dataclasses import asdict
 
-ROOT_MODULE = "pipeline.reward_check"
+ROOT_MODULE = "pipeline.setup.reward_check"
 
 
 def needs_isolation(specs) -> bool:
@@ -34,7 +34,7 @@ def score_isolated(specs, completions: list, allow_custom: bool = False, timeout
     cmd = [sys.executable, "-m", ROOT_MODULE] + (["--allow-custom-rewards"] if allow_custom else [])
     try:
         done = subprocess.run(cmd, input=payload, capture_output=True, text=True, timeout=timeout_s + 30,
-                              cwd=Path(__file__).resolve().parent.parent, env=custom_code_env())
+                              cwd=Path(__file__).resolve().parents[2], env=custom_code_env())
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"Scoring did not finish within {timeout_s + 30:g} s.") from None
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--allow-custom-rewards", action="store_true")
     args = parser.parse_args(argv)
-    from pipeline.config import RewardSpec
+    from pipeline.setup.config import RewardSpec
     from pipeline.rewards import build_rewards, score
 
     request = json.loads(sys.stdin.read())

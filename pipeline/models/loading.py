@@ -17,10 +17,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.hub import HubUnreachable, require_hub
-from pipeline.paths import (
+from pipeline.models.hub import HubUnreachable, require_hub
+from pipeline.run_folder.paths import (
     BUNDLED_EMBEDDER_PACKAGE, BUNDLED_GGUF, BUNDLED_MODEL_ID, BUNDLED_PACKAGE, data_dir, keep_private)
-from pipeline.sources import SourceRefused, check_source, hub_cache_dir, hub_token
+from pipeline.models.sources import SourceRefused, check_source, hub_cache_dir, hub_token
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +117,9 @@ def start_bundled_conversion() -> bool:
     models = bundled_cache_dir().parent
     models.mkdir(parents=True, exist_ok=True)
     with open(models / "convert.log", "ab") as log_file:  # the child keeps its own copy of the descriptor
-        subprocess.Popen([sys.executable, "-m", "pipeline.models", "--convert-bundled"], stdout=log_file,
+        subprocess.Popen([sys.executable, "-m", "pipeline.models.loading", "--convert-bundled"], stdout=log_file,
                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                         cwd=Path(__file__).resolve().parent.parent)
+                         cwd=Path(__file__).resolve().parents[2])
     return True
 
 
@@ -167,7 +167,7 @@ def _hub_cached_snapshot(model_id: str) -> str | None:
 
 def resolve_model(model_id: str) -> str:
     """A local folder that `from_pretrained` can load: the bundled model, a folder the app may read, or a hub
-    id's snapshot (downloaded when online; fails fast offline). What may be named is pipeline/sources.py's
+    id's snapshot (downloaded when online; fails fast offline). What may be named is pipeline/models/sources.py's
     rule; a hub id is only ever looked up on the Hub, never as a folder on the server."""
     model_id = (model_id or "").strip()
     if not model_id:
@@ -228,7 +228,7 @@ def choose_precision(precision: str, device: str, capability: tuple[int, int] | 
     >>> choose_precision("bf16", "cuda", (7, 5))
     Traceback (most recent call last):
     ...
-    pipeline.models.ModelError: bf16 is not native on this GPU (compute capability 7.5; bf16 needs 8.0 or later, Ampere): it would be emulated, slowly, and vLLM could not serve the merged model there. Choose fp16 (or auto, which picks it) or fp32.
+    pipeline.models.loading.ModelError: bf16 is not native on this GPU (compute capability 7.5; bf16 needs 8.0 or later, Ampere): it would be emulated, slowly, and vLLM could not serve the merged model there. Choose fp16 (or auto, which picks it) or fp32.
     """
     if precision == "auto":
         if device != "cuda":
@@ -364,7 +364,7 @@ def runtime_problems(cfg, device: str, installed=None, precision: str | None = N
     can be imported (defaults to importlib's finder). Given the resolved `precision`, the GPUs there are
     (`gpus`, as pre-flight sees them) or the training `processes` (in the trainer), it checks those too.
 
-    >>> from pipeline.config import RunConfig
+    >>> from pipeline.setup.config import RunConfig
     >>> runtime_problems(RunConfig(load_in_4bit=True), "cpu", lambda m: True)[0][:38]
     '4-bit QLoRA (load_in_4bit) needs a CUD'
     >>> runtime_problems(RunConfig(use_vllm=True), "cuda", lambda m: False)[0][:60]
@@ -443,11 +443,11 @@ def load_model(model_id: str, device: str | None = None, precision: str = "auto"
     return model, tokenizer
 
 
-if __name__ == "__main__":  # python -m pipeline.models --convert-bundled: what `make setup` and the app start run
+if __name__ == "__main__":  # python -m pipeline.models.loading --convert-bundled: what `make setup` and the app start run
     import sys
 
     if sys.argv[1:] != ["--convert-bundled"]:
-        raise SystemExit("usage: python -m pipeline.models --convert-bundled")
+        raise SystemExit("usage: python -m pipeline.models.loading --convert-bundled")
     keep_private()  # the converted model under the data folder: this user's only
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     print(ensure_bundled_model())

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from pipeline import run_files
+from pipeline.run_folder import run_files
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def declare(job: Job) -> Job:
     for key, states in job.writers().items():
         if key in declared and declared[key] != states:
             raise ValueError(f"{key[0]}: the {key[1]} writes {declared[key]}, not {states} "
-                             "(the owners declared in pipeline/jobs.py)")
+                             "(the owners declared in pipeline/run_folder/jobs.py)")
     JOBS[job.kind] = job
     return job
 

@@ -226,7 +226,7 @@ def merged_adapter(model, copies: dict | None = None):
 
     `copies` (a dict the caller keeps between calls) makes the copies persistent: the same tensors are refilled
     from the originals each time, so their addresses never change. A decoding step captured in a CUDA graph
-    reads the weights at those addresses (pipeline/static_decode.py); fresh copies would leave it reading freed
+    reads the weights at those addresses (pipeline/models/static_decode.py); fresh copies would leave it reading freed
     memory, or force a new capture every step.
     """
     peft = model.module if hasattr(model, "module") and not hasattr(model, "merge_adapter") else model

@@ -1,7 +1,7 @@
 """Job state files (status.json, eval_status.json, ...) and whether the process behind one is still alive,
 and the worker's side of a job (`job_worker`).
 
-Which process may write which state to which file is declared with each kind of job (pipeline/jobs.py) and
+Which process may write which state to which file is declared with each kind of job (pipeline/run_folder/jobs.py) and
 enforced here: every state write goes through `write_state`, each writer may write only its own states, and
 a launch never overwrites a live process's "running". Readers never write: a writer that died without
 saying so reads as failed (pid + start liveness, so a recycled pid is not mistaken for it).
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from pipeline import jobs, run_files
-from pipeline.jsonio import _read_json, file_problem, write_json_atomic
+from pipeline.run_folder import jobs, run_files
+from pipeline.run_folder.jsonio import _read_json, file_problem, write_json_atomic
 
 STATES = ("new", "queued", "running", "finished", "failed", "stopped")  # "new": a config, never started
 DAMAGED = "damaged"  # read only: a run whose config.json or status.json can't be read (never written)
@@ -120,12 +120,12 @@ def _writer_alive(status: dict, launcher_info: dict | None) -> bool:
 def write_state(run_dir: str | Path, name: str, writer: str, state: str, fresh: bool = False,
                 **fields: Any) -> dict:
     """The one way a state file (status.json, eval_status.json, ...) is written: merged with what is there
-    (or `fresh`: replacing it), atomically, by a writer that owns `state` (declared in pipeline/jobs.py).
+    (or `fresh`: replacing it), atomically, by a writer that owns `state` (declared in pipeline/run_folder/jobs.py).
 
     A launch ("queued") never overwrites a process that says it is running and is still alive."""
     allowed = jobs.state_writers().get((name, writer))
     if allowed is None or state not in allowed:
-        raise ValueError(f"The {writer} does not write state {state!r} to {name}; see its declaration in pipeline/jobs.py.")
+        raise ValueError(f"The {writer} does not write state {state!r} to {name}; see its declaration in pipeline/run_folder/jobs.py.")
     path = Path(run_dir) / name
     current = _read_json(path) or {}
     if state == "queued" and current.get("state") == "running" and record_alive(current, "pid_"):

@@ -20,10 +20,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from pipeline import run_files, runs
-from pipeline.config import RunConfig
-from pipeline.jsonio import json_number
-from pipeline.task_metrics import task_metrics
+from pipeline.run_folder import run_files, runs
+from pipeline.setup.config import RunConfig
+from pipeline.run_folder.jsonio import json_number
+from pipeline.training.task_metrics import task_metrics
 
 log = logging.getLogger("grpo_studio.probes")
 
@@ -122,7 +122,7 @@ def generate_greedy(model, tokenizer, prompts: list, max_new_tokens: int) -> lis
     uses. Leaves the model in the mode (train/eval) it was in and the tokenizer's padding side as it was."""
     import torch
 
-    from pipeline.engine import cpu_decoding, merged_adapter
+    from pipeline.models.engine import cpu_decoding, merged_adapter
 
     was_training, side = model.training, tokenizer.padding_side
     conversational = bool(prompts) and isinstance(prompts[0], list)
@@ -136,7 +136,7 @@ def generate_greedy(model, tokenizer, prompts: list, max_new_tokens: int) -> lis
             enc = tokenizer(prompts, padding=True, return_tensors="pt")
         enc = {k: v.to(model.device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
         # The adapter folded into the weights while decoding (no LoRA branch per layer), on the CPU's decoding
-        # threads: the same greedy answers, in less time (pipeline/engine.py).
+        # threads: the same greedy answers, in less time (pipeline/models/engine.py).
         with torch.no_grad(), merged_adapter(model), cpu_decoding(model.device):
             ids = model.generate(**enc, max_new_tokens=int(max_new_tokens), do_sample=False, temperature=None,
                                  top_p=None, top_k=None, use_cache=True, pad_token_id=tokenizer.pad_token_id)

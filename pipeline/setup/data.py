@@ -14,9 +14,9 @@ import random
 from pathlib import Path
 from typing import Any, Callable
 
-from pipeline.config import DatasetSpec
+from pipeline.setup.config import DatasetSpec
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
 TLDR_PATH = ASSETS / "prompts" / "tldr.jsonl"
 MOVIES_PATH = ASSETS / "prompts" / "movies.jsonl"  # built by bench/movie_questions.py
 MOVIES_MIN_HELD_OUT = 0.15  # the movie set holds out at least this share: 49 of its 326 films
@@ -264,8 +264,8 @@ def file_rows(spec: DatasetSpec) -> list[dict]:
 
 
 def hub_rows(spec: DatasetSpec) -> list[dict]:
-    """Rows of a hub dataset, or of a dataset folder the app may read (pipeline/sources.py's rule)."""
-    from pipeline.sources import SourceRefused, check_source, hub_cache_dir, hub_token
+    """Rows of a hub dataset, or of a dataset folder the app may read (pipeline/models/sources.py's rule)."""
+    from pipeline.models.sources import SourceRefused, check_source, hub_cache_dir, hub_token
 
     try:
         source = check_source(spec.hub_id, "dataset")
@@ -274,7 +274,7 @@ def hub_rows(spec: DatasetSpec) -> list[dict]:
     if source.kind == "local":
         where, token, cache = source.value, None, hub_cache_dir("datasets-local")
     else:
-        from pipeline.hub import HubUnreachable, require_hub
+        from pipeline.models.hub import HubUnreachable, require_hub
 
         try:
             require_hub(f"dataset '{spec.hub_id}'", "Use the bundled TL;DR or Arithmetic set, or upload a CSV/JSONL file.")

@@ -7,7 +7,6 @@ dropdown, its choices (`_form`), and the form is built from them.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import re
@@ -15,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.models import BUNDLED_LABEL, QLORA_FP16  # one wording, also used once the machine is known
-from pipeline.paths import BUNDLED_MODEL_ID  # also imported from here by the tabs and tests
-from pipeline.sources import SourceRefused, check_source
+from pipeline.models.loading import BUNDLED_LABEL, QLORA_FP16  # one wording, also used once the machine is known
+from pipeline.setup.fields import _form, _help, range_problem
+from pipeline.run_folder.paths import BUNDLED_MODEL_ID  # also imported from here by the tabs and tests
+from pipeline.models.sources import SourceRefused, check_source
 
 LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's
 SCALE_REWARDS = ("group", "batch", "none")
@@ -38,68 +38,6 @@ QLORA_VLLM = ("4-bit QLoRA with vLLM crashes at the first weight sync: TRL hands
 
 class ConfigError(ValueError):
     """A run configuration that cannot run. The message says what to change."""
-
-
-# A field's range, in its metadata: `minimum`/`maximum` are inclusive (the form's number box takes them too),
-# `above`/`below` exclusive; `range_error` (optional) is the message when the value is outside, with {value}.
-RANGE_KEYS = ("minimum", "maximum", "above", "below", "range_error")
-
-
-def _help(text: str, **extra: Any) -> dict[str, Any]:
-    return {"help": text, **{k: v for k, v in extra.items() if v is not None}}
-
-
-def _form(label: str, text: str, choices: tuple[str, ...] = (), **bounds: Any) -> dict[str, Any]:
-    """Metadata of a field the Train form shows: its label, its help (shown under it), for a dropdown its
-    choices, and for a number its range (`minimum`, `maximum`, `above`, `below`, `range_error`); choices and
-    range are what `RunConfig.problems` checks."""
-    unknown = set(bounds) - set(RANGE_KEYS)
-    if unknown:
-        raise TypeError(f"_form() takes no {', '.join(sorted(unknown))}; a range is one of {', '.join(RANGE_KEYS)}")
-    return _help(text, label=label, form=True, **({"choices": choices} if choices else {}), **bounds)
-
-
-def range_rule(meta) -> str:
-    """The allowed range of a field, in words.
-
-    >>> range_rule({"minimum": 1}), range_rule({"minimum": 0}), range_rule({"above": 0, "maximum": 1})
-    ('at least 1', 'not negative', 'in (0, 1]')
-    >>> range_rule({"minimum": 0, "maximum": 10}), range_rule({"above": 0})
-    ('between 0 and 10', 'above 0')
-    """
-    low, high = meta.get("minimum", meta.get("above")), meta.get("maximum", meta.get("below"))
-    if high is None:
-        if "above" in meta:
-            return f"above {low}"
-        return "not negative" if low == 0 else f"at least {low}"
-    if low is None:
-        return f"at most {high}" if "maximum" in meta else f"below {high}"
-    if "minimum" in meta and "maximum" in meta:
-        return f"between {low} and {high}"
-    return f"in {'[' if 'minimum' in meta else '('}{low}, {high}{']' if 'maximum' in meta else ')'}"
-
-
-def range_problem(name: str, meta, value) -> str | None:
-    """What is wrong with `value` for a field with this metadata's range; None when it is inside (or the field
-    has no range).
-
-    >>> range_problem("save_steps", {"minimum": 1}, 0), range_problem("top_k", {"minimum": 0}, 3)
-    ('save_steps must be at least 1 (got 0).', None)
-    """
-    if not any(key in meta for key in RANGE_KEYS[:4]):
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):  # e.g. a string in a hand-written config
-        return f"{name} must be a number (got {value!r})."
-    inside = (("minimum" not in meta or value >= meta["minimum"])
-              and ("maximum" not in meta or value <= meta["maximum"])
-              and ("above" not in meta or value > meta["above"])
-              and ("below" not in meta or value < meta["below"]))
-    if inside:  # NaN is inside no bound, so a NaN in a ranged field is reported
-        return None
-    if "range_error" in meta:
-        return meta["range_error"].format(value=value)
-    rule = range_rule(meta)
-    return f"{name} {'cannot be negative' if rule == 'not negative' else 'must be ' + rule} (got {value!r})."
 
 
 @dataclass
@@ -523,7 +461,7 @@ class RunConfig:
 
 
 def _source_problems(value: Any, what: str) -> list[str]:
-    """pipeline/sources.py's rule for a typed model or dataset, as a problem list (empty when it passes)."""
+    """pipeline/models/sources.py's rule for a typed model or dataset, as a problem list (empty when it passes)."""
     try:
         check_source(str(value), what)
     except SourceRefused as exc:
@@ -536,91 +474,3 @@ def _is_zero(weight: Any) -> bool:
         return float(weight) == 0
     except (TypeError, ValueError):  # a bad weight is reported by the reward registry
         return False
-
-
-def _vllm_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
-GSM8K_SYSTEM = ("Solve the math problem. Reason step by step inside <think></think>, then give only the final "
-                "number inside <answer></answer>.")
-
-# Presets are short diffs against the defaults (nanoGPT style). The defaults are the Quick CPU demo.
-PRESETS: dict[str, dict[str, Any]] = {
-    "Quick CPU demo": {},
-    # The GRPO recipe's reward pair alone, one click away: it learns to be short, and the held-out task metric
-    # shows that it stops summarising (a calibration run: "The post is too long.").
-    "Length + diversity pair": {
-        "rewards": [RewardSpec("length_target", 1.0, {}),
-                    RewardSpec("token_diversity", 1.0, {})],
-    },
-    # A verifiable task (as in TRL's GRPO guide and the GRPO tutorial): correctness on the bundled arithmetic set plus partial credit for the
-    # <think>/<answer> tags; strict_format at weight 0 is a monitor (charted, never in the advantage).
-    # Rewards are listed in the registry's order, the order the Train form's table gives them back in.
-    "Arithmetic: correctness + format": {
-        "dataset": DatasetSpec(source="arithmetic"),
-        "rewards": [RewardSpec("strict_format", 0.0, {}), RewardSpec("incremental_format", 1.0, {}),
-                    RewardSpec("numeric_tolerance", 2.0, {})],
-        "num_generations": 8,  # the base model gets ~1 in 10 right: 8 tries make a right and a wrong more likely
-        "batch_size": 16,
-        "max_completion_length": 40,  # "<think>13 + 5 × 8 = 53</think><answer>53</answer>" is ~30 tokens
-        "max_steps": 16,
-        "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
-    },
-    # Questions about the bundled films, each followed by the plots the RAG tab's search finds for it; the
-    # answer is the film's title (built by bench/movie_questions.py). Correctness dominates; the citation
-    # reward keeps the RAG tab's "[n]" habit. The set holds out at least 15% (49 films no training question
-    # is about; pipeline/data.py).
-    "Movie questions": {
-        "dataset": DatasetSpec(source="movies"),
-        "rewards": [RewardSpec("movie_title", 2.0, {}), RewardSpec("film_citation", 0.5, {})],
-        "max_completion_length": 24,  # "The Cabinet of Dr. Caligari [4]" is about 12 tokens
-        "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
-    },
-    # The classic GRPO run (DeepSeek-R1 style) on a GPU: GSM8K word problems, correctness + format, vLLM
-    # generation when it is installed. Online only: the model and the dataset come from the Hub.
-    "GSM8K on GPU: Qwen2.5-0.5B-Instruct": {
-        "model": "Qwen/Qwen2.5-0.5B-Instruct",
-        "dataset": DatasetSpec(source="hub", hub_id="openai/gsm8k", hub_config="main", hub_split="train",
-                               prompt_column="question", answer_column="answer", system_prompt=GSM8K_SYSTEM),
-        # The reference's last number is the answer ("... #### 72"), which numeric_tolerance reads.
-        "rewards": [RewardSpec("strict_format", 0.5, {}), RewardSpec("incremental_format", 0.5, {}),
-                    RewardSpec("numeric_tolerance", 2.0, {})],
-        "scale_rewards": "group",
-        "num_generations": 8,
-        "batch_size": 32,  # 4 prompts a step
-        "learning_rate": 5e-5,  # as GPU standard: a LoRA takes ~10x a full fine-tune's rate
-        "lr_scheduler": "cosine",
-        "warmup_steps": 10,
-        "lora_r": 32,
-        "lora_alpha": 64,
-        "max_completion_length": 512,  # room for worked reasoning
-        "max_steps": 250,
-        "gradient_checkpointing": True,
-        "fast_engine": False,  # TRL's own generation path (vLLM or transformers)
-        "use_vllm": _vllm_installed(),
-        "probe_every": 25,
-        "save_steps": 50,
-    },
-    "GPU standard": {
-        "gradient_checkpointing": True,
-        "num_generations": 8,
-        "batch_size": 16,
-        "learning_rate": 5e-5,
-        "max_completion_length": 256,
-        "max_steps": 250,
-        "precision": "auto",
-    },
-}
-
-
-def apply_preset(config: RunConfig, preset: str) -> RunConfig:
-    if preset not in PRESETS:
-        raise ConfigError(f"Unknown preset '{preset}'. Choose one of: {', '.join(PRESETS)}.")
-    changes = dict(PRESETS[preset])
-    defaults = RunConfig()
-    for key in ("model", "dataset", "rewards"):  # a preset without them puts the defaults back: they go together
-        changes.setdefault(key, getattr(defaults, key))
-    return dataclasses.replace(config, **{k: copy.deepcopy(v) for k, v in changes.items()})

@@ -11,11 +11,9 @@ A step has three phases that do not overlap in time, so the peak is the largest 
   log-prob computation, and (fp16 mixed precision) the fp16 copies of the weights that autocast keeps.
 The LoRA weights, gradients and Adam moments stay for the whole run.
 
-Checked against three peaks measured on an H100 (tests/unit/test_gpu_memory.py). Which terms are measured and
-which are not yet: the weights, LoRA state and per-layer activation counts follow from what PyTorch keeps for the
-backward pass (counted on the CPU with saved-tensor hooks for this model family); the CUDA context, the allocator
-slack, the runtime buffers and the 4-bit (QLoRA) terms are assumptions until the size table in docs/gpu.md is
-measured (bench/gpu_device_check.sh).
+Checked against three peaks measured on an H100 (tests/unit/test_gpu_memory.py). The weights, LoRA state and
+per-layer activation counts follow from what PyTorch keeps for the backward pass; the CUDA context, allocator slack,
+runtime buffers and 4-bit (QLoRA) terms are assumptions until docs/gpu.md's size table is measured.
 """
 
 from __future__ import annotations
@@ -25,13 +23,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-GIB = 2 ** 30
-MIB = 2 ** 20
+GIB, MIB = 2 ** 30, 2 ** 20
 
 # The linear layers of one decoder block of a Llama/Qwen2-style model, as PEFT names them.
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
-# Rows of completion positions the fast engine scores through the LM head at once (pipeline/engine.py:
+# Rows of completion positions the fast engine scores through the LM head at once (pipeline/models/engine.py:
 # LM_HEAD_CHUNK; kept here as a number so this module imports nothing heavy).
 FAST_ENGINE_LM_HEAD_ROWS = 1024
 # TRL's fused LM head (trl/kernels/chunked_logprob.py): tiles of up to 4096 positions x 32768 vocabulary entries.
@@ -227,7 +224,7 @@ def estimate(shape: ModelShape, s: MemorySettings) -> MemoryEstimate:
     act = 4 if precision == "fp32" else 2  # bytes of an activation: autocast's dtype, or fp32 without it
     weight_bytes = {"bf16": 2, "fp16": 4, "fp32": 4}[precision]  # fp16 is mixed: the weights stay fp32
     lora_bytes = 2 if quantized else 4  # PEFT keeps LoRA in fp32; TRL casts it to bf16 under QLoRA
-    # Which of the fast engine's paths run (pipeline/train.py, pipeline/engine.py): the merged sampling needs a
+    # Which of the fast engine's paths run (pipeline/training/grpo_trainer.py, pipeline/models/engine.py): the merged sampling needs a
     # LoRA it can fold into full-precision weights and no vLLM; the shared-prompt log-probs also need the key/value
     # cache, which gradient checkpointing turns off.
     fast_sampling = s.fast_engine and not quantized and not s.vllm_bytes
@@ -256,9 +253,9 @@ def estimate(shape: ModelShape, s: MemorySettings) -> MemoryEstimate:
     merged_copy = shape.linear_parameters(targets) * weight_bytes if fast_sampling else 0
     static = s.static_generation and fast_sampling and not s.gradient_checkpointing  # as static_decode.run_problem
     if static:
-        # Static decoding (pipeline/static_decode.py) keeps its key/value buffers, sized for the longest prompt
+        # Static decoding (pipeline/models/static_decode.py) keeps its key/value buffers, sized for the longest prompt
         # plus the completions and rounded up, and the merged copies (at fixed addresses) for the whole run.
-        from pipeline.static_decode import round_up
+        from pipeline.models.static_decode import round_up
 
         resident["static decoding: key/value buffers"] = B * round_up(P + C) * L * 2 * shape.kv_dim * kv_bytes
         resident["static decoding: merged copy of the adapted weights"] = merged_copy
@@ -348,7 +345,7 @@ def settings_from_config(cfg, precision: str, prompt_tokens: int | None = None, 
 def static_generation(cfg) -> bool:
     """Whether a run with these settings decodes statically on a GPU (as far as the settings tell; a model the
     static path can't handle samples eagerly, and then needs less than estimated)."""
-    from pipeline.static_decode import run_problem
+    from pipeline.models.static_decode import run_problem
 
     return cfg.generation_engine != "eager" and run_problem(
         fast_engine=cfg.fast_engine, load_in_4bit=cfg.load_in_4bit, use_vllm=cfg.use_vllm,
@@ -451,8 +448,8 @@ def model_shape(model_id: str) -> tuple[ModelShape | None, str]:
     """The shape of a model from its config.json, without loading weights: a local folder, the bundled model,
     the Hub cache, the shapes of catalog models known here, or (online) a download of config.json alone.
     (None, why) when none of them has it."""
-    from pipeline.models import BUNDLED_LABEL
-    from pipeline.paths import BUNDLED_MODEL_ID
+    from pipeline.models.loading import BUNDLED_LABEL
+    from pipeline.run_folder.paths import BUNDLED_MODEL_ID
 
     model_id = (model_id or "").strip()
     config_path = None
@@ -479,7 +476,7 @@ def model_shape(model_id: str) -> tuple[ModelShape | None, str]:
             try:
                 from huggingface_hub import hf_hub_download
 
-                from pipeline.hub import hub_reachable
+                from pipeline.models.hub import hub_reachable
 
                 if not hub_reachable():
                     return None, "its config.json is not cached and the Hub can't be reached"
@@ -495,7 +492,7 @@ def model_shape(model_id: str) -> tuple[ModelShape | None, str]:
 def card_memory() -> tuple[int, int, bool]:
     """(free, total, bf16) of the current CUDA device: free bytes plus what this process's torch holds in its cache
     (the app hands its chat models' memory back before a training starts), total bytes, and whether the card does
-    bf16 natively (compute capability 8.0+, as pipeline.models.choose_precision). Needs torch and a CUDA device."""
+    bf16 natively (compute capability 8.0+, as pipeline.models.loading.choose_precision). Needs torch and a CUDA device."""
     import torch
 
     free, total = torch.cuda.mem_get_info()

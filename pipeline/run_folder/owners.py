@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import run_files
-from pipeline.jsonio import _read_json, write_json_atomic
+from pipeline.run_folder import run_files
+from pipeline.run_folder.jsonio import _read_json, write_json_atomic
 
 
 

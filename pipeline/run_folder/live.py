@@ -10,8 +10,8 @@ import hashlib
 import time
 from pathlib import Path
 
-from pipeline import jobs, run_files, runs
-from pipeline.jobs import PUSH, TRAIN
+from pipeline.run_folder import jobs, run_files, runs
+from pipeline.run_folder.jobs import PUSH, TRAIN
 
 POLL_S = 1.0  # how often the page asks; a new step shows within about this (bench/chart_latency.py)
 # While the log is being written, its stamp moves at most once per this many seconds: a chatty log (a reward
@@ -37,7 +37,7 @@ PARTS = (*SHOWN_PARTS, "jobs", "runs", "push")
 
 def action_files() -> tuple[str, ...]:
     """The files of the Runs panel's run that its jobs box shows: every kind of job on it but its training
-    (pipeline/jobs.py), each one's state file and results."""
+    (pipeline/run_folder/jobs.py), each one's state file and results."""
     return tuple(f for spec in jobs.JOBS.values() if not spec.run_state for f in (spec.status_file, *spec.outputs))
 
 

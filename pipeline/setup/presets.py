@@ -1,0 +1,98 @@
+"""The Train form's presets: each a short diff against RunConfig's defaults (the defaults are the Quick CPU
+demo), and apply_preset, which fills a config from one."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+from pipeline.setup.config import ConfigError, DatasetSpec, RewardSpec, RunConfig
+
+
+def _vllm_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+GSM8K_SYSTEM = ("Solve the math problem. Reason step by step inside <think></think>, then give only the final "
+                "number inside <answer></answer>.")
+
+# Presets are short diffs against the defaults (nanoGPT style). The defaults are the Quick CPU demo.
+PRESETS: dict[str, dict[str, Any]] = {
+    "Quick CPU demo": {},
+    # The GRPO recipe's reward pair alone, one click away: it learns to be short, and the held-out task metric
+    # shows that it stops summarising (a calibration run: "The post is too long.").
+    "Length + diversity pair": {
+        "rewards": [RewardSpec("length_target", 1.0, {}),
+                    RewardSpec("token_diversity", 1.0, {})],
+    },
+    # A verifiable task (as in TRL's GRPO guide and the GRPO tutorial): correctness on the bundled arithmetic set plus partial credit for the
+    # <think>/<answer> tags; strict_format at weight 0 is a monitor (charted, never in the advantage).
+    # Rewards are listed in the registry's order, the order the Train form's table gives them back in.
+    "Arithmetic: correctness + format": {
+        "dataset": DatasetSpec(source="arithmetic"),
+        "rewards": [RewardSpec("strict_format", 0.0, {}), RewardSpec("incremental_format", 1.0, {}),
+                    RewardSpec("numeric_tolerance", 2.0, {})],
+        "num_generations": 8,  # the base model gets ~1 in 10 right: 8 tries make a right and a wrong more likely
+        "batch_size": 16,
+        "max_completion_length": 40,  # "<think>13 + 5 × 8 = 53</think><answer>53</answer>" is ~30 tokens
+        "max_steps": 16,
+        "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
+    },
+    # Questions about the bundled films, each followed by the plots the RAG tab's search finds for it; the
+    # answer is the film's title (built by bench/movie_questions.py). Correctness dominates; the citation
+    # reward keeps the RAG tab's "[n]" habit. The set holds out at least 15% (49 films no training question
+    # is about; pipeline/setup/data.py).
+    "Movie questions": {
+        "dataset": DatasetSpec(source="movies"),
+        "rewards": [RewardSpec("movie_title", 2.0, {}), RewardSpec("film_citation", 0.5, {})],
+        "max_completion_length": 24,  # "The Cabinet of Dr. Caligari [4]" is about 12 tokens
+        "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
+    },
+    # The classic GRPO run (DeepSeek-R1 style) on a GPU: GSM8K word problems, correctness + format, vLLM
+    # generation when it is installed. Online only: the model and the dataset come from the Hub.
+    "GSM8K on GPU: Qwen2.5-0.5B-Instruct": {
+        "model": "Qwen/Qwen2.5-0.5B-Instruct",
+        "dataset": DatasetSpec(source="hub", hub_id="openai/gsm8k", hub_config="main", hub_split="train",
+                               prompt_column="question", answer_column="answer", system_prompt=GSM8K_SYSTEM),
+        # The reference's last number is the answer ("... #### 72"), which numeric_tolerance reads.
+        "rewards": [RewardSpec("strict_format", 0.5, {}), RewardSpec("incremental_format", 0.5, {}),
+                    RewardSpec("numeric_tolerance", 2.0, {})],
+        "scale_rewards": "group",
+        "num_generations": 8,
+        "batch_size": 32,  # 4 prompts a step
+        "learning_rate": 5e-5,  # as GPU standard: a LoRA takes ~10x a full fine-tune's rate
+        "lr_scheduler": "cosine",
+        "warmup_steps": 10,
+        "lora_r": 32,
+        "lora_alpha": 64,
+        "max_completion_length": 512,  # room for worked reasoning
+        "max_steps": 250,
+        "gradient_checkpointing": True,
+        "fast_engine": False,  # TRL's own generation path (vLLM or transformers)
+        "use_vllm": _vllm_installed(),
+        "probe_every": 25,
+        "save_steps": 50,
+    },
+    "GPU standard": {
+        "gradient_checkpointing": True,
+        "num_generations": 8,
+        "batch_size": 16,
+        "learning_rate": 5e-5,
+        "max_completion_length": 256,
+        "max_steps": 250,
+        "precision": "auto",
+    },
+}
+
+
+def apply_preset(config: RunConfig, preset: str) -> RunConfig:
+    if preset not in PRESETS:
+        raise ConfigError(f"Unknown preset '{preset}'. Choose one of: {', '.join(PRESETS)}.")
+    changes = dict(PRESETS[preset])
+    defaults = RunConfig()
+    for key in ("model", "dataset", "rewards"):  # a preset without them puts the defaults back: they go together
+        changes.setdefault(key, getattr(defaults, key))
+    return dataclasses.replace(config, **{k: copy.deepcopy(v) for k, v in changes.items()})

@@ -1,0 +1,84 @@
+"""The Train tab's line charts, computed from metrics.jsonl rows: which charts there are (CHARTS), their
+frames (step, value, series) and the whole-step x axis. Pure functions (pandas, no gradio), tested directly."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+# chart name -> (title, list of (series label, metrics key)); the Train tab lays them out two a row, in order.
+CHARTS = {
+    "reward_std": ("Reward std (across the batch)", [("reward std", "reward_std")]),
+    # "Why is my reward std 0?" (ms-swift #4512): a group whose G completions all score the same teaches nothing.
+    "frac_reward_zero_std": ("Share of groups with zero reward std (no signal)",
+                             [("share of groups", "frac_reward_zero_std")]),
+    "kl": ("KL to reference", [("kl", "kl")]),
+    "entropy": ("Token entropy", [("entropy", "entropy")]),
+    "completion_length": ("Mean completion length (tokens)", [("length", "completion_length")]),
+    "loss": ("Loss (sits near 0 by design: watch the reward)", [("loss", "loss")]),
+}
+# Charts whose axis has fixed ends: a share stays on 0-1, so a flat 0 reads "0", not "0.000000".
+CHART_Y_LIMITS = {"frac_reward_zero_std": [0, 1]}
+# Shown under the charts, next to the loss chart ("why is my loss 0?": TRL #3452, Unsloth #2291).
+LOSS_NOTE = ("**Why is the loss near 0?** By design. Each completion's advantage is its reward minus its group's "
+             "mean, so within a group the advantages add up to zero, and the loss they weight sits near 0 (off 0 "
+             "only because completions differ in length, plus beta × KL, which starts at 0). A flat loss does not "
+             "mean nothing is learned: watch the **Train reward** chart, and the share of groups with zero std "
+             "(those groups teach nothing).")
+
+
+def monitor_label(name: str, weights: dict | None) -> str:
+    """A reward's name, marked when its weight is 0 (a monitor: charted, not trained on).
+
+    >>> monitor_label("strict_format", {"strict_format": 0.0}), monitor_label("x", None)
+    ('strict_format (monitor, weight 0)', 'x')
+    """
+    return f"{name} (monitor, weight 0)" if (weights or {}).get(name, 1.0) == 0 else name
+COLUMNS = ["step", "value", "series"]
+
+
+def _frame(data: list[tuple]) -> pd.DataFrame | None:
+    # None (not an empty frame) until there is data: a plot first drawn from an empty frame keeps an
+    # empty colour legend and never shows its lines.
+    return pd.DataFrame(data, columns=COLUMNS) if data else None
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def step_axis(max_steps: int | None, steps: list[int] = (), start: int = 0) -> list[int]:
+    """x-axis limits for a chart over training steps: from `start` (0, so a first point at step 1 is not
+    on the edge) to the run's planned last step, and at least 9 steps wide, so the plot's ticks fall on
+    whole steps (a 1-2 step domain is ticked 1.0, 1.1, ...) and the line fills the axis as the run goes.
+
+    >>> step_axis(16), step_axis(2), step_axis(None, [0, 5]), step_axis(4, [1, 2, 14])
+    ([0, 16], [0, 9], [0, 9], [0, 14])
+    """
+    hi = max([int(max_steps or 0), *steps, start + 9])
+    return [start, hi]
+
+
+def reward_frame(rows: list[dict]) -> pd.DataFrame:
+    """Total reward and each reward function's mean, long format for a colour-coded line plot."""
+    data = []
+    for r in rows:
+        if _finite(r.get("reward")):
+            data.append((r["step"], r["reward"], "total (weighted)"))
+        for name, stats in (r.get("rewards") or {}).items():
+            if _finite((stats or {}).get("mean")):
+                data.append((r["step"], stats["mean"], monitor_label(name, r.get("reward_weights"))))
+    return _frame(data)
+
+
+def metric_frame(rows: list[dict], chart: str) -> pd.DataFrame:
+    _, series = CHARTS[chart]
+    data = [(r["step"], r[key], label) for r in rows for label, key in series if _finite(r.get(key))]
+    return _frame(data)
+
+
+def compare_frame(runs_rows: dict[str, list[dict]]) -> pd.DataFrame:
+    """Total reward of several runs on one chart."""
+    data = [(r["step"], r["reward"], name) for name, rows in runs_rows.items() for r in rows if _finite(r.get("reward"))]
+    return _frame(data)

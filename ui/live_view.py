@@ -1,0 +1,127 @@
+"""The Train tab's live view of the shown run: progress, charts, health, probes, groups and log, redrawn part
+by part. The page's poll (ui/watch.py) presses the live view's Refresh when a part's stamp moved
+(pipeline/run_folder/live.py), and `live_view` redraws those parts alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from pipeline.run_folder import live, runs
+from pipeline.setup.config import RunConfig
+from ui import charts, probes_view, views
+from ui.runs_panel import eval_view, plot, run_path, runs_table
+
+
+def snap_config(snap: runs.Snapshot) -> RunConfig | None:
+    """The settings the run trains with (config.json plus recorded --steps overrides), from a snapshot of the
+    run, as a RunConfig; None when config.json is missing or damaged (the progress header names the damage,
+    see runs.run_problems, and the rest of the live view still shows)."""
+    try:
+        settings = snap.config  # {} when config.json is missing or unreadable
+        return RunConfig.from_dict(settings) if settings else None
+    except (OSError, ValueError, TypeError):  # ValueError covers ConfigError; TypeError a field of the wrong shape
+        return None
+
+
+# The live view's parts (pipeline/run_folder/live.py stamps each one) and the outputs each part redraws, by name. Their
+# order is the order the API returns the outputs in.
+PART_OUTPUTS = {
+    "progress": ("progress",),
+    "charts": ("health", "reward_plot", *(f"plot_{key}" for key in charts.CHARTS)),
+    "probes": ("probe_plot", "probes", "probe_pick"),
+    "jobs": ("eval_box",),
+    "runs": ("runs_table",),
+    "groups": ("groups", "group_step"),
+    "log": ("log",),
+}
+ALL_PARTS = " ".join(PART_OUTPUTS)
+# The group inspector's slider redraws the groups alone (the page's side; through the API, /refresh takes parts).
+GROUPS_ONLY_JS = "(run, step, pick, action, parts) => [run, step, pick, action, 'groups']"
+
+
+def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None = "latest",
+              action_name: str | None = None, parts: str | None = ALL_PARTS) -> dict[str, Any]:
+    """The live view's one Refresh: redraws the parts named in `parts` (the page's poll names those whose stamp
+    moved; a script leaves it out and gets them all) and leaves every other output as it is. `run_name` is the
+    shown run, `action_name` the Runs panel's. Returns {output name: update} (PART_OUTPUTS)."""
+    moved = set((parts or "").split()) & set(PART_OUTPUTS)
+    out = shown_run_view(run_name, moved & set(live.SHOWN_PARTS), group_step, probe_pick)
+    if "jobs" in moved:
+        out["eval_box"] = eval_view(action_name)
+    if "runs" in moved:
+        out["runs_table"] = runs_table()
+    return out
+
+
+def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pick="latest") -> dict[str, Any]:
+    """The named parts of the shown run's view, read from one snapshot of its folder; for no run, a run that is
+    gone or a name that can't be a run, the header says which and the other parts clear."""
+    if not parts:
+        return {}
+    path = run_path(run_name)
+    if path is not None:
+        try:
+            return _draw_run(runs.snapshot(path), run_name, parts, group_step, probe_pick)
+        except FileNotFoundError:  # deleted between the check above and the reads
+            pass
+    refused = runs.run_name_problem(run_name) if run_name else None  # a NUL byte, 300 characters, a path
+    head = (views.refused_run_html(refused) if refused else views.gone_html(run_name) if run_name
+            else views.progress_html(None, {}, [], None))
+    empty = {
+        "progress": {"progress": head},
+        "charts": {"health": "", "reward_plot": None, **{f"plot_{key}": None for key in charts.CHARTS}},
+        "groups": groups_view([], 0),
+        "probes": {"probe_plot": None, "probes": probes_view.probes_empty_html(RunConfig().to_dict()),
+                   "probe_pick": _probe_picker(probes_view.probe_choices([]), probe_pick)},
+        "log": {"log": ""},
+    }
+    return {name: value for part in parts for name, value in empty[part].items()}
+
+
+def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, probe_pick) -> dict[str, Any]:
+    cfg = snap_config(snap)  # with --steps overrides; None when damaged: the header says so, the rest shows
+    max_steps = cfg.max_steps if cfg else None
+    out: dict[str, Any] = {}
+    if "progress" in parts:
+        out["progress"] = views.progress_html(run_name, snap.status, snap.metrics, max_steps, snap.problems)
+    if "charts" in parts:
+        metrics = snap.metrics
+        lim = charts.step_axis(max_steps, [m["step"] for m in metrics])
+        out.update({"health": views.health_html(metrics, snap.evals),
+                    "reward_plot": plot(charts.reward_frame(metrics), lim),
+                    **{f"plot_{key}": plot(charts.metric_frame(metrics, key), lim) for key in charts.CHARTS}})
+    if "groups" in parts:
+        out.update(groups_view(snap.groups, group_step))  # the largest file of a run: read only for its part
+    if "probes" in parts:
+        evals, state = snap.evals, snap.state
+        settings = cfg.to_dict() if cfg else {}
+        lim = charts.step_axis(settings.get("max_steps"), [e["step"] for e in evals])
+        choices = probes_view.probe_choices(evals, settings.get("max_steps"), state)
+        out.update({"probe_plot": plot(probes_view.probe_frame(evals), lim),
+                    "probes": probes_view.probes_html(evals, probe_pick, settings, state),
+                    "probe_pick": _probe_picker(choices, probe_pick)})
+    if "log" in parts:
+        out["log"] = snap.log(30)
+    return out
+
+
+def groups_view(groups: list[dict], group_step) -> dict[str, Any]:
+    """The group inspector at the picked step (0: the latest), and the step slider's range."""
+    steps = [g["step"] for g in groups]
+    pick = int(group_step or 0)
+    record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
+    return {"groups": views.groups_html(record),
+            "group_step": gr.Slider(minimum=0, maximum=max(steps + [1]), step=1)}  # a slider needs max > min
+
+
+def _probe_picker(choices: list[tuple[str, str]], pick) -> gr.Radio:
+    # The value is only reset when the pick is gone: a redraw started before the user picked a step carries
+    # the old pick and must not put it back (the next redraw has the new one).
+    return gr.Radio(choices=choices) if pick in [v for _, v in choices] else gr.Radio(choices=choices, value="latest")
+
+
+def picked_probes(run_name: str | None, pick) -> str:
+    """The completions panel at the probe step the user picked."""
+    return shown_run_view(run_name, {"probes"}, probe_pick=pick)["probes"]

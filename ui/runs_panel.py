@@ -1,0 +1,167 @@
+"""The Train tab's Runs panel: the runs on disk as a table, reward curves overlaid, and the jobs on one run
+(Stop, Resume, Evaluate, Stop evaluation, Stop push, Delete) with its jobs box. Also the run lookups the
+form and the live view share."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from pipeline import runner
+from pipeline.run_folder import run_files, runs
+from pipeline.run_folder.jobs import EVAL_LIMIT
+from pipeline.models.loading import gpu_count
+from ui import charts, views
+from ui.tab import acting
+
+
+# "problems" next to the state, so a damaged run's reason is seen without scrolling (empty for healthy runs).
+RUN_COLUMNS = ["run", "state", "owner", "problems", "model", "dataset", "rewards", "step", "max_steps", "final_reward",
+               "duration_s"]
+
+
+def run_names() -> list[str]:
+    return [p.name for p in runs.iter_run_dirs()]
+
+
+def run_path(name: str | None) -> Path | None:
+    return runs.resolve_run(name)
+
+
+def free_gpu_for_training() -> None:
+    """A trainer or an evaluator is a separate process on the same GPU: the app's chat models and embedders
+    give their memory back (they load again on the next chat or search). Nothing to do without a GPU."""
+    if not gpu_count():
+        return
+    from pipeline.training.generate import release_models
+    from retrieval.embedder import release_embedders
+
+    release_models()
+    release_embedders()
+
+
+def plot(frame, x_lim: list[int]) -> gr.LinePlot:
+    """A line-plot update: its data and whole-step x-axis limits."""
+    return gr.LinePlot(frame, x_lim=x_lim)
+
+
+def runs_table():
+    import pandas as pd
+
+    rows = runs.list_runs()
+    # Whose run it is matters only once someone logged in started one: without owners the column stays out.
+    columns = [c for c in RUN_COLUMNS if c != "owner" or any(r.get("owner") for r in rows)]
+    return pd.DataFrame([[r.get(c) for c in columns] for r in rows], columns=columns)
+
+
+def refresh_runs(current: str | None) -> tuple[gr.Dropdown, Any, gr.CheckboxGroup, gr.Dropdown]:
+    names = run_names()
+    active = runner.active_run()
+    value = current if current in names else (active.name if active else (names[0] if names else None))
+    return (gr.Dropdown(choices=names, value=value), runs_table(), gr.CheckboxGroup(choices=names),
+            gr.Dropdown(choices=names, value=value))
+
+
+def compare_runs(selected: list[str]):
+    metrics = {name: runs.read_metrics(p) for name in selected or [] if (p := run_path(name))}
+    return plot(charts.compare_frame(metrics), charts.step_axis(None, [r["step"] for rows in metrics.values() for r in rows]))
+
+
+def stop_training(run_name: str | None, operators=(), request: gr.Request = None):
+    path = run_path(run_name)
+    if path is None:
+        return "Pick a run to stop."
+    try:
+        stopped = runner.stop("train", path, actor=acting(request, operators))
+    except runner.RunnerError as exc:  # another user's run
+        return f"❌ {exc}"
+    if stopped:
+        return f"⏹ Stop requested for **{run_name}**: it finishes the current step, then saves a checkpoint and the adapter."
+    return f"**{run_name}** is not running."
+
+
+def resume_training(name: str | None, allow_custom: bool, operators=(), request: gr.Request = None):
+    path = run_path(name)
+    if path is None:
+        return gr.Dropdown(), "Pick a run to resume."
+    try:
+        runner.start("train", path, resume=True, allow_custom_rewards=allow_custom, actor=acting(request, operators))
+    except runner.RunnerError as exc:
+        return gr.Dropdown(), f"❌ {exc}"
+    free_gpu_for_training()
+    return gr.Dropdown(value=name), f"▶ Resuming **{name}** from its last complete checkpoint."
+
+
+def evaluate_run(name: str | None, operators=(), request: gr.Request = None):
+    """Start the run's evaluation (base vs tuned) as a runner job and return at once; the Runs panel's
+    evaluation view follows it through the live view."""
+    path = run_path(name)
+    if path is None:
+        return "Pick a finished run to evaluate."
+    try:
+        runner.start("eval", path, actor=acting(request, operators))
+    except (RuntimeError, OSError) as exc:  # RunnerError says why; a full disk or a racing launch too
+        return f"❌ {exc}"
+    free_gpu_for_training()  # the evaluator loads the base and tuned models on the same GPU
+    return (f"▶ Evaluating **{name}** on up to {EVAL_LIMIT} held-out prompts (greedy, base then tuned); "
+            "progress shows below.")
+
+
+def _stop_job(kind: str, what: str, name: str | None, operators=(), request: gr.Request = None) -> str:
+    """Stop the Runs panel run's job of `kind` or, when that run has none running, the one running elsewhere."""
+    path = run_path(name)
+    running = [path] if path is not None and runner.is_active(kind, path) else runner.active(kind)
+    if not running:
+        return f"No {what} is running."
+    try:
+        runner.stop(kind, running[0], actor=acting(request, operators))
+    except runner.RunnerError as exc:  # another user's run
+        return f"❌ {exc}"
+    return f"⏹ Stop requested for the {what} of **{running[0].name}**."
+
+
+def stop_evaluation(name: str | None, operators=(), request: gr.Request = None):
+    return _stop_job("eval", "evaluation", name, operators, request)
+
+
+def stop_push(name: str | None, operators=(), request: gr.Request = None):
+    return _stop_job("push", "push", name, operators, request)
+
+
+def eval_view(name: str | None) -> str:
+    """The Runs panel's jobs box: the jobs of its run, in words. Its evaluation (or, when it has none, one
+    running elsewhere), read from eval_status.json and eval.json, then its push to the Hub (push_status.json),
+    when it has one."""
+    path = pushed = run_path(name)  # `path` may become a run evaluated elsewhere; the push is the shown run's
+    status = runner.status("eval", path) if path is not None else None
+    if status is None and (active := runner.active("eval")):
+        path, status = active[0], runner.status("eval", active[0])
+    result_file = path / run_files.EVAL_RESULT if path is not None else None
+    state = (status or {}).get("state")
+    push_line = views.push_markdown(pushed.name, runner.status("push", pushed)) if pushed is not None else None
+    if path is None or (status is None and not result_file.exists()):
+        return push_line or ""
+    result = None
+    if state not in views.EVAL_UNFINISHED:
+        try:
+            result = json.loads(result_file.read_text())
+        except (OSError, ValueError) as exc:
+            result = exc
+    text = views.eval_markdown(path.name, status, result)
+    return text + "\n\n" + push_line if push_line else text
+
+
+def delete_run(name: str | None, confirmed: bool, operators=(), request: gr.Request = None):
+    path = run_path(name)
+    if path is None:
+        return "Pick a run to delete.", False
+    if not confirmed:
+        return "Tick **Yes, delete it** first: this removes the run's folder, checkpoints and models.", False
+    try:
+        runs.delete_run(path, actor=acting(request, operators))
+    except ValueError as exc:
+        return f"❌ {exc}", False
+    return f"🗑 Deleted **{name}**.", False
