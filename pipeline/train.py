@@ -28,7 +28,7 @@ from pipeline.data import DatasetError, check_prompt_budget, load_dataset_split
 from pipeline.rewards import (
     GuardedReward, RewardFunctionError, build_rewards, completion_text, wait_for_reward_threads,
 )
-from pipeline import engine, run_files, runs
+from pipeline import engine, run_files, runs, steer_trainer
 from pipeline.jobs import TRAIN
 from pipeline.jobstate import job_worker
 from pipeline.advantages import group_stats, zero_std_share
@@ -314,6 +314,8 @@ def metrics_row(logs: dict, state, clock: StepClock, guards: list[GuardedReward]
         "frac_reward_zero_std": _clean(logs.get("frac_reward_zero_std")),
         "grad_norm": _clean(logs.get("grad_norm")),
         "learning_rate": _clean(logs.get("learning_rate")),
+        "temperature": _clean(logs.get("temperature")),  # the values in force, steered or not (steer_trainer.py)
+        "beta": _clean(logs.get("beta")),
         "step_seconds": round(getattr(clock, "last_step_seconds", 0.0), 3),
         "gen_seconds": round(getattr(clock, "last_gen_seconds", 0.0), 3),
         "elapsed": round(time.time() - clock.train_start, 2),
@@ -563,6 +565,8 @@ def build_trainer(cfg: RunConfig, run_dir: Path, model_path: str, tokenizer, dev
     trainer.studio_static, trainer.studio_generation = generation_engine(cfg, trainer, device, longest_prompt)
     trainer.studio_run_dir = run_dir
     trainer.studio_weights = {g.__name__: w for g, w in zip(guards, weights)}
+    # Changes asked for while it trains (steer_requests.jsonl), applied at step boundaries; see pipeline/steer.py.
+    steer_trainer.attach(trainer, run_dir, cfg, weights, allow_custom_rewards)
     return trainer
 
 
