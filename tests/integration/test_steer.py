@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from pipeline import runs, steer
+from pipeline import run_files, runs, steer
 from pipeline.config import RunConfig
 
 from .helpers import ROOT, make_run, status
@@ -83,3 +83,25 @@ def test_steered_values_apply_from_the_next_step_and_survive_a_kill_and_resume(b
     force = steer.settings_in_force(run_dir)
     assert (force["learning_rate"], force["temperature"], force["beta"]) == (1e-4, 0.5, 0.0)
     assert force["weights"] == dict(zip(names, [0.0, 1.0, 2.0]))
+
+
+def test_every_torchrun_rank_applies_rank_0s_change_at_the_same_step(tmp_path):
+    """Only rank 0 reads the requests; the other ranks get the same changes from it (a rank that trained with
+    other values would take a different step, or wait in a collective its peers never join)."""
+    for rank in (0, 1):
+        run_dir = tmp_path / f"rank{rank}"
+        run_dir.mkdir()
+        runs.write_json_atomic(run_dir / run_files.CONFIG, RunConfig().to_dict())
+    steer.request(tmp_path / "rank0", {"temperature": 0.6, "beta": 0.0, "learning_rate": 1e-4,
+                                       "weights": {"token_diversity": 0}})
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "tests.integration.steer_ranks", str(tmp_path)],
+                          cwd=ROOT, env=os.environ.copy(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = [json.loads((tmp_path / f"seen-{rank}.json").read_text()) for rank in (0, 1)]
+    assert seen[0] == seen[1]
+    assert seen[1]["weights"] == seen[1]["metrics_weights"] == [1.0, 0.0, 2.0]
+    assert (seen[1]["temperature"], seen[1]["sampling_temperature"], seen[1]["beta"]) == (0.6, 0.6, 0.0)
+    assert seen[1]["lr"] == pytest.approx(1e-4)
+    assert [r["step"] for r in steer.read_record(tmp_path / "rank0")] == [1] * 4
+    assert not steer.read_record(tmp_path / "rank1")  # rank 0 is the record's only writer
