@@ -119,6 +119,8 @@ def flatten(changes: Any) -> dict[str, Any]:
             out.update({f"{WEIGHT}{name}": w for name, w in value.items()})
         else:
             out[str(key)] = value
+    if not out:
+        raise SteerRefused("A change request needs at least one setting and its new value.")
     return out
 
 
@@ -212,8 +214,8 @@ def apply_changes(cfg: RunConfig, changes: list[dict]) -> RunConfig:
 
 
 def read_record(run_dir: str | Path) -> list[dict]:
-    """steering.jsonl, oldest first: applied changes ({id, step, setting, old, new, time}) and refusals
-    ({id, step, refused, time})."""
+    """steering.jsonl, oldest first: applied changes ({id, step, setting, old, new, time}), refusals
+    ({id, step, refused, time}) and requests that changed nothing ({id, step, unchanged: true, time})."""
     return read_jsonl(Path(run_dir) / run_files.STEERING)
 
 
@@ -266,7 +268,8 @@ def request(run_dir: str | Path, changes: dict, allow_custom_rewards: bool = Fal
             cfg = apply_changes(cfg, check_changes(cfg, waiting.get("changes"), allow_custom_rewards))
         except SteerRefused:
             continue
-    check_changes(cfg, changes, allow_custom_rewards)
+    if not check_changes(cfg, changes, allow_custom_rewards):
+        raise SteerRefused("Nothing to change: those values are already in force.")
     path = run_dir / run_files.STEER_REQUESTS
     if path.exists() and path.stat().st_size > MAX_REQUESTS_BYTES:
         raise SteerRefused(f"This run has more change requests than it keeps ({MAX_REQUESTS_BYTES // 1024} KiB "
@@ -286,6 +289,8 @@ def describe(change: dict) -> str:
     """
     if "refused" in change:
         return f"step {change.get('step')}: refused: {change['refused']}"
+    if change.get("unchanged"):
+        return f"step {change.get('step')}: nothing to change (the values asked for were in force)"
     return f"step {change.get('step')}: {change.get('setting')} {change.get('old')} -> {change.get('new')}"
 
 

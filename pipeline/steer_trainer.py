@@ -99,6 +99,9 @@ def make_steering_callback(trainer, run_dir: Path, cfg: RunConfig, weights: list
                                  {"id": req["id"], "step": step, "refused": str(exc), "time": now})
                     log.warning("Change request %s refused: %s", req["id"], exc)
                     continue
+                if not changes:  # answered all the same, so it no longer reads as waiting
+                    append_jsonl(run_dir / run_files.STEERING,
+                                 {"id": req["id"], "step": step, "unchanged": True, "time": now})
                 for change in changes:
                     append_jsonl(run_dir / run_files.STEERING, {"id": req["id"], "step": step, **change, "time": now})
                     log.info("Step %d: %s %s -> %s", step, change["setting"], change["old"], change["new"])

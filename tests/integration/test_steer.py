@@ -94,6 +94,8 @@ def test_every_torchrun_rank_applies_rank_0s_change_at_the_same_step(tmp_path):
         runs.write_json_atomic(run_dir / run_files.CONFIG, RunConfig().to_dict())
     steer.request(tmp_path / "rank0", {"temperature": 0.6, "beta": 0.0, "learning_rate": 1e-4,
                                        "weights": {"token_diversity": 0}})
+    # Written by hand: a request that changes nothing is answered too, so it no longer reads as waiting.
+    runs.append_jsonl(tmp_path / "rank0" / run_files.STEER_REQUESTS, {"changes": {"temperature": 0.6}})
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            "-m", "tests.integration.steer_ranks", str(tmp_path)],
                           cwd=ROOT, env=os.environ.copy(), capture_output=True, text=True, timeout=300)
@@ -103,5 +105,7 @@ def test_every_torchrun_rank_applies_rank_0s_change_at_the_same_step(tmp_path):
     assert seen[1]["weights"] == seen[1]["metrics_weights"] == [1.0, 0.0, 2.0]
     assert (seen[1]["temperature"], seen[1]["sampling_temperature"], seen[1]["beta"]) == (0.6, 0.6, 0.0)
     assert seen[1]["lr"] == pytest.approx(1e-4)
-    assert [r["step"] for r in steer.read_record(tmp_path / "rank0")] == [1] * 4
+    record = steer.read_record(tmp_path / "rank0")
+    assert [r["step"] for r in record] == [1] * 5 and record[-1]["unchanged"] is True
+    assert not steer.pending_requests(tmp_path / "rank0")
     assert not steer.read_record(tmp_path / "rank1")  # rank 0 is the record's only writer

@@ -115,6 +115,10 @@ def test_a_request_is_checked_after_the_ones_still_waiting(tmp_path):
     with pytest.raises(SteerRefused, match="Every reward has weight 0"):
         steer.request(run_dir, {"weights": {"post_similarity": 0}})
     assert len(steer.read_requests(run_dir)) == 1  # the refused one was not written
+    with pytest.raises(SteerRefused, match="Nothing to change"):
+        steer.request(run_dir, {"temperature": 1.0, "weights": {"length_target": 0}})
+    with pytest.raises(SteerRefused, match="at least one setting"):
+        steer.request(run_dir, {"weights": {}})
 
 
 def test_cli_requests_shows_and_refuses(tmp_path, capsys):
