@@ -34,6 +34,7 @@ from pipeline.run_folder.paths import keep_private
 from pipeline.setup.reward_check import needs_isolation
 from pipeline.rewards.custom import NO_TOKEN_HINT
 from pipeline.run_folder.processes import end_children
+from pipeline.training import steer_trainer
 from pipeline.training.probes import make_probe_callbacks
 
 log = logging.getLogger("grpo_studio.train")
@@ -223,6 +224,8 @@ def build_trainer(cfg: RunConfig, run_dir: Path, model_path: str, tokenizer, dev
     trainer.studio_static, trainer.studio_generation = generation_engine(cfg, trainer, device, longest_prompt)
     trainer.studio_run_dir = run_dir
     trainer.studio_weights = {g.__name__: w for g, w in zip(guards, weights)}
+    # Changes asked for while it trains (steer_requests.jsonl), applied at step boundaries: setup/steering.py.
+    steer_trainer.attach(trainer, run_dir, cfg, weights, allow_custom_rewards)
     return trainer
 
 

@@ -269,6 +269,8 @@ def metrics_row(logs: dict, state, clock: StepClock, guards: list[GuardedReward]
         "frac_reward_zero_std": _clean(logs.get("frac_reward_zero_std")),
         "grad_norm": _clean(logs.get("grad_norm")),
         "learning_rate": _clean(logs.get("learning_rate")),
+        "temperature": _clean(logs.get("temperature")),  # the values in force, steered or not (steer_trainer.py)
+        "beta": _clean(logs.get("beta")),
         "step_seconds": round(getattr(clock, "last_step_seconds", 0.0), 3),
         "gen_seconds": round(getattr(clock, "last_gen_seconds", 0.0), 3),
         "elapsed": round(time.time() - clock.train_start, 2),
