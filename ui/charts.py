@@ -82,3 +82,69 @@ def compare_frame(runs_rows: dict[str, list[dict]]) -> pd.DataFrame:
     """Total reward of several runs on one chart."""
     data = [(r["step"], r["reward"], name) for name, rows in runs_rows.items() for r in rows if _finite(r.get("reward"))]
     return _frame(data)
+
+
+# ---- steering markers: a vertical line at the step of each change a run's trainer applied ------------------
+
+SHORT_SETTING = {"learning_rate": "lr", "temperature": "temp", "beta": "beta"}
+
+
+def short_number(value) -> str:
+    """A setting's value, short enough for a chart legend.
+
+    >>> short_number(5e-05), short_number(0.0003), short_number(1.0), short_number(0), short_number("x")
+    ('5e-5', '0.0003', '1', '0', 'x')
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    text = f"{value:.3g}"
+    mantissa, sep, exponent = text.partition("e")
+    return f"{mantissa}e{int(exponent)}" if sep else text
+
+
+def change_label(change: dict) -> str:
+    """One applied change (a steering.jsonl row) as a short label.
+
+    >>> change_label({"setting": "learning_rate", "old": 5e-05, "new": 0.0001})
+    'lr 5e-5→0.0001'
+    >>> change_label({"setting": "weight/length_target", "old": 1.0, "new": 0})
+    'w(length_target) 1→0'
+    >>> change_label({"setting": "temperature", "new": 0.7})
+    'temp → 0.7'
+    """
+    setting = str(change.get("setting"))
+    name = f"w({setting[len('weight/'):]})" if setting.startswith("weight/") else SHORT_SETTING.get(setting, setting)
+    if "old" not in change:  # asked for, not applied yet
+        return f"{name} → {short_number(change.get('new'))}"
+    return f"{name} {short_number(change.get('old'))}→{short_number(change.get('new'))}"
+
+
+def change_markers(changes: list[dict]) -> list[tuple[int, str]]:
+    """The markers a run's applied changes put on its charts: (step, label), one per step, the changes of a step
+    joined. A row without a whole step (a damaged line) marks nothing.
+
+    >>> change_markers([{"step": 4, "setting": "temperature", "old": 0.9, "new": 0.7},
+    ...                 {"step": 4, "setting": "beta", "old": 0.0, "new": 0.04}, {"setting": "beta"}])
+    [(4, 'steered at 4: temp 0.9→0.7, beta 0→0.04')]
+    """
+    by_step: dict[int, list[str]] = {}
+    for change in changes:
+        step = change.get("step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            by_step.setdefault(step, []).append(change_label(change))
+    return [(step, f"steered at {step}: {', '.join(labels)}") for step, labels in sorted(by_step.items())]
+
+
+def with_markers(frame: pd.DataFrame | None, markers: list[tuple[int, str]],
+                 y_lim: list[float] | None = None) -> pd.DataFrame | None:
+    """A chart's frame with one more series per marker: two points at the marker's step, from the bottom of the
+    chart's values to the top (or of its fixed y limits), drawn as a vertical line labelled in the legend.
+    A chart with no data yet stays empty."""
+    if frame is None or not markers:
+        return frame
+    lo, hi = (y_lim if y_lim else (float(frame["value"].min()), float(frame["value"].max())))
+    if hi <= lo:  # a flat chart: a short line around its one value
+        pad = 0.05 * max(abs(lo), 1e-3)
+        lo, hi = lo - pad, hi + pad
+    rules = [(step, y, label) for step, label in markers for y in (lo, hi)]
+    return pd.concat([frame, pd.DataFrame(rules, columns=COLUMNS)], ignore_index=True)

@@ -9,8 +9,9 @@ from typing import Any
 import gradio as gr
 
 from pipeline.run_folder import live, runs
+from pipeline.setup import steering
 from pipeline.setup.config import RunConfig
-from ui import charts, probes_view, views
+from ui import charts, probes_view, steer_view, views
 from ui.runs_panel import eval_view, plot, run_path, runs_table
 
 
@@ -83,15 +84,21 @@ def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pi
 def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, probe_pick) -> dict[str, Any]:
     cfg = snap_config(snap)  # with --steps overrides; None when damaged: the header says so, the rest shows
     max_steps = cfg.max_steps if cfg else None
+    # The changes steered into the run: listed in the header, a marker on every chart at the step of each.
+    steered = steering.applied_changes(snap.run_dir) if parts & {"progress", "charts", "probes"} else []
+    markers = charts.change_markers(steered)
     out: dict[str, Any] = {}
     if "progress" in parts:
-        out["progress"] = views.progress_html(run_name, snap.status, snap.metrics, max_steps, snap.problems)
+        out["progress"] = (views.progress_html(run_name, snap.status, snap.metrics, max_steps, snap.problems)
+                           + steer_view.changes_html(steered))
     if "charts" in parts:
         metrics = snap.metrics
         lim = charts.step_axis(max_steps, [m["step"] for m in metrics])
         out.update({"health": views.health_html(metrics, snap.evals),
-                    "reward_plot": plot(charts.reward_frame(metrics), lim),
-                    **{f"plot_{key}": plot(charts.metric_frame(metrics, key), lim) for key in charts.CHARTS}})
+                    "reward_plot": plot(charts.with_markers(charts.reward_frame(metrics), markers), lim),
+                    **{f"plot_{key}": plot(charts.with_markers(charts.metric_frame(metrics, key), markers,
+                                                               charts.CHART_Y_LIMITS.get(key)), lim)
+                       for key in charts.CHARTS}})
     if "groups" in parts:
         out.update(groups_view(snap.groups, group_step))  # the largest file of a run: read only for its part
     if "probes" in parts:
@@ -99,7 +106,7 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
         settings = cfg.to_dict() if cfg else {}
         lim = charts.step_axis(settings.get("max_steps"), [e["step"] for e in evals])
         choices = probes_view.probe_choices(evals, settings.get("max_steps"), state)
-        out.update({"probe_plot": plot(probes_view.probe_frame(evals), lim),
+        out.update({"probe_plot": plot(charts.with_markers(probes_view.probe_frame(evals), markers), lim),
                     "probes": probes_view.probes_html(evals, probe_pick, settings, state),
                     "probe_pick": _probe_picker(choices, probe_pick)})
     if "log" in parts:

@@ -14,13 +14,14 @@ from pipeline import runner
 from pipeline.run_folder import run_files, runs
 from pipeline.run_folder.jobs import EVAL_LIMIT
 from pipeline.models.loading import gpu_count
-from ui import charts, views
+from pipeline.setup import steering
+from ui import charts, steer_view, views
 from ui.tab import acting
 
 
 # "problems" next to the state, so a damaged run's reason is seen without scrolling (empty for healthy runs).
 RUN_COLUMNS = ["run", "state", "owner", "problems", "model", "dataset", "rewards", "step", "max_steps", "final_reward",
-               "duration_s"]
+               "steered", "duration_s"]
 
 
 def run_names() -> list[str]:
@@ -52,8 +53,10 @@ def runs_table():
     import pandas as pd
 
     rows = runs.list_runs()
-    # Whose run it is matters only once someone logged in started one: without owners the column stays out.
-    columns = [c for c in RUN_COLUMNS if c != "owner" or any(r.get("owner") for r in rows)]
+    for row in rows:  # the changes steered into each run (step: setting old→new)
+        row["steered"] = steer_view.changes_text(steering.applied_changes(row["path"]))
+    # Whose run it is, and what was steered, matter only once some run has them: until then the column stays out.
+    columns = [c for c in RUN_COLUMNS if c not in ("owner", "steered") or any(r.get(c) for r in rows)]
     return pd.DataFrame([[r.get(c) for c in columns] for r in rows], columns=columns)
 
 

@@ -16,7 +16,7 @@ from pipeline.setup.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.models.loading import catalog_choices, gpu_count
 from pipeline.training.preflight import SCAN_PROMPTS
 from pipeline.setup.presets import PRESETS
-from ui import charts, probes_view, views, watch
+from ui import charts, probes_view, steer_panel, views, watch
 from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, reward_rows
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, live_view, picked_probes
@@ -120,6 +120,7 @@ def build(ctx: TabContext) -> Tab:
                     stop_btn = gr.Button("Stop", variant="stop", scale=1, elem_id="stop-btn")
                 progress_box = gr.HTML(views.progress_html(None, {}, [], None), elem_id="progress")
                 health = gr.HTML(elem_id="health")
+                steer = steer_panel.build()  # the run on screen's weights, temperature, learning rate and beta
                 with gr.Row():
                     reward_plot = gr.LinePlot(None, x="step", y="value", color="series",
                                               title="Train reward: total and per function (mean)", height=260,
@@ -225,5 +226,6 @@ def build(ctx: TabContext) -> Tab:
                            js=watch.take_moved_js("live-refresh", len(live_inputs)), show_progress="hidden",
                            trigger_mode="always_last", api_visibility="private")
         follow_runs = watch.follow("progress", "live-refresh", tuple(PART_OUTPUTS))
+        follow_steering = steer_panel.wire(steer, run_select, allow, ops)
     return Tab(loads=(PageLoad(refresh_runs, [run_select], [run_select, table, compare, action_run]),),
-               scripts=(CLOSE_SETTINGS_JS, follow_runs))
+               scripts=(CLOSE_SETTINGS_JS, follow_runs, follow_steering))

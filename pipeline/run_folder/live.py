@@ -25,12 +25,14 @@ LOG_FILE = run_files.TRAIN_LOG
 SHOWN_PARTS = {
     # the header: state, step, time, and the run files that are damaged
     "progress": (run_files.CONFIG, run_files.LAUNCHES, TRAIN.status_file, run_files.METRICS, run_files.GROUPS,
-                 run_files.EVALS),
-    # the charts and the health panel (its held-out trend reads the probes)
-    "charts": (run_files.CONFIG, run_files.LAUNCHES, run_files.METRICS, run_files.EVALS),
+                 run_files.EVALS, run_files.STEERING),
+    # the charts and the health panel (its held-out trend reads the probes); each steered change is a marker
+    "charts": (run_files.CONFIG, run_files.LAUNCHES, run_files.METRICS, run_files.EVALS, run_files.STEERING),
     "groups": (run_files.GROUPS,),
-    "probes": (run_files.CONFIG, run_files.LAUNCHES, run_files.EVALS),
+    "probes": (run_files.CONFIG, run_files.LAUNCHES, run_files.EVALS, run_files.STEERING),
     "log": (LOG_FILE,),
+    # the steer panel (ui/steer_panel.py, its own view): the values in force, the requests and their answers
+    "steering": (run_files.CONFIG, run_files.LAUNCHES, run_files.STEER_REQUESTS, run_files.STEERING),
 }
 PARTS = (*SHOWN_PARTS, "jobs", "runs", "push")
 
@@ -45,7 +47,8 @@ def listed_parts() -> dict[str, tuple[str, ...]]:
     """Every run's files, by the part that lists them: the runs table; the jobs box, which shows a job running
     elsewhere when the Runs panel's run has none; the Chat tab's push message, for any run's push."""
     return {
-        "runs": (run_files.CONFIG, TRAIN.status_file, run_files.LAUNCHES, run_files.METRICS, run_files.OWNER),
+        "runs": (run_files.CONFIG, TRAIN.status_file, run_files.LAUNCHES, run_files.METRICS, run_files.OWNER,
+                 run_files.STEERING),
         "jobs": tuple(spec.status_file for spec in jobs.JOBS.values() if not spec.run_state),
         "push": (PUSH.status_file,),
     }
@@ -100,7 +103,7 @@ def _shown_stamps(head: str, run_dir: Path | None, state: str | None, now: float
     files = {f: _stamp(run_dir / f) for f in {f for names in SHOWN_PARTS.values() for f in names} - {LOG_FILE}}
     files[LOG_FILE] = _log_stamp(run_dir / LOG_FILE, now)
     out = {part: head + ",".join(files[f] for f in names) for part, names in SHOWN_PARTS.items()}
-    for part in ("progress", "probes"):
+    for part in ("progress", "probes", "steering"):
         out[part] += f";{state}"
     return out
 

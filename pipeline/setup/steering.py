@@ -257,17 +257,24 @@ def settings_in_force(run_dir: str | Path) -> dict:
             "fixed": fixed_settings()}
 
 
+def config_requested(run_dir: str | Path, allow_custom_rewards: bool = False) -> RunConfig:
+    """The values in force with the requests still waiting applied, as the trainer will apply them (in order,
+    the ones it will refuse skipped): what the run trains with from its next step."""
+    cfg = config_in_force(run_dir)
+    for waiting in pending_requests(run_dir):
+        try:
+            cfg = apply_changes(cfg, check_changes(cfg, waiting.get("changes"), allow_custom_rewards))
+        except SteerRefused:
+            continue
+    return cfg
+
+
 def request(run_dir: str | Path, changes: dict, allow_custom_rewards: bool = False) -> dict:
     """Check `changes` against the values in force (with the requests still waiting applied first) and
     append them to steer_requests.jsonl for the trainer to apply at its next step. Returns the request line
     ({id, time, changes}); raises SteerRefused with the reason otherwise."""
     run_dir = Path(run_dir)
-    cfg = config_in_force(run_dir)
-    for waiting in pending_requests(run_dir):  # as the trainer will see them: in order, the refused ones skipped
-        try:
-            cfg = apply_changes(cfg, check_changes(cfg, waiting.get("changes"), allow_custom_rewards))
-        except SteerRefused:
-            continue
+    cfg = config_requested(run_dir, allow_custom_rewards)
     if not check_changes(cfg, changes, allow_custom_rewards):
         raise SteerRefused("Nothing to change: those values are already in force.")
     path = run_dir / run_files.STEER_REQUESTS

@@ -59,6 +59,11 @@ def test_the_stamps_hold_still_until_a_file_a_part_reads_changes():
     assert moved(lambda: append(run_dir / "groups.jsonl", group)) == {"progress", "groups"}
     assert moved(lambda: append(run_dir / "evals.jsonl", probe)) == {"progress", "charts", "probes"}
     assert moved(lambda: (run_dir / "train.log").write_text("step 1\n")) == {"log"}
+    # A change asked for moves the steer panel alone; the trainer's answer also marks the charts and the header.
+    assert moved(lambda: append(run_dir / "steer_requests.jsonl", {"id": "a", "changes": {"beta": 0.1}})) == {"steering"}
+    assert moved(lambda: append(run_dir / "steering.jsonl", {"id": "a", "step": 2, "setting": "beta", "old": 0.0,
+                                                             "new": 0.1})) == {"progress", "charts", "probes",
+                                                                               "steering", "runs"}
     assert moved(lambda: jobstate.write_state(other, run_files.EVAL_STATUS, "evaluator", "running", done=1, total=4)) == {"jobs"}
     assert moved(lambda: jobstate.write_state(other, run_files.PUSH_STATUS, "pusher", "failed",
                                               error="offline")) == {"jobs", "push"}
@@ -89,7 +94,7 @@ def test_a_trainer_that_dies_without_a_word_moves_the_parts_that_show_its_state(
     before = live.stamps(run_dir.name, None, now)
     monkeypatch.setattr(jobstate, "_process_alive", lambda pid, *start: False)  # SIGKILL: status.json says running
     after = live.stamps(run_dir.name, None, now)
-    assert {part for part in live.PARTS if after[part] != before[part]} == {"progress", "probes", "runs"}
+    assert {part for part in live.PARTS if after[part] != before[part]} == {"progress", "probes", "steering", "runs"}
 
 
 def test_a_deleted_run_moves_every_part_it_was_drawn_in():
@@ -125,7 +130,8 @@ def draw_everything(shown, action) -> dict:
 def test_the_refresh_draws_the_outputs_of_the_parts_it_is_given_and_no_other(shown):
     from ui import live_view
 
-    assert set(live_view.PART_OUTPUTS) == set(live.PARTS) - {"push"}  # every Train part has its outputs (push: Chat's)
+    # Every Train part has its outputs here; push is the Chat tab's, steering the steer panel's (ui/steer_panel.py).
+    assert set(live_view.PART_OUTPUTS) == set(live.PARTS) - {"push", "steering"}
     run_dir = make_running_run("drawn")
     append(run_dir / "metrics.jsonl", {"step": 1, "reward": 1.0})
     append(run_dir / "groups.jsonl", {"step": 1, "groups": []})
@@ -150,6 +156,8 @@ def test_every_output_that_changes_is_in_a_part_whose_stamp_moved():
         "a probe": lambda: append(shown / "evals.jsonl", {"step": 0, "reward": 0.5, "samples": []}),
         "log lines": lambda: (shown / "train.log").write_text("step 1\nstep 2\n"),
         "a longer run": lambda: runs.record_launch(shown, True, 1, {"max_steps": 20}, []),
+        "a steered change": lambda: append(shown / "steering.jsonl", {"id": "x", "step": 1, "time": 0.0,
+                                                                      "setting": "temperature", "old": 0.9, "new": 0.7}),
         "an evaluation": lambda: jobstate.write_state(action, run_files.EVAL_STATUS, "evaluator", "running",
                                                       done=1, total=4, phase="base"),
         "its result": lambda: (runs.write_json_atomic(action / "eval.json", {"n": 1, "base": {}, "tuned": {},
