@@ -87,6 +87,7 @@ def compare_frame(runs_rows: dict[str, list[dict]]) -> pd.DataFrame:
 # ---- steering markers: a vertical line at the step of each change a run's trainer applied ------------------
 
 SHORT_SETTING = {"learning_rate": "lr", "temperature": "temp", "beta": "beta"}
+MARKER_PREFIX = "steered at "  # a marker's series name: "steered at 4: temp 0.9→0.7"
 
 
 def short_number(value) -> str:
@@ -132,7 +133,7 @@ def change_markers(changes: list[dict]) -> list[tuple[int, str]]:
         step = change.get("step")
         if isinstance(step, int) and not isinstance(step, bool):
             by_step.setdefault(step, []).append(change_label(change))
-    return [(step, f"steered at {step}: {', '.join(labels)}") for step, labels in sorted(by_step.items())]
+    return [(step, f"{MARKER_PREFIX}{step}: {', '.join(labels)}") for step, labels in sorted(by_step.items())]
 
 
 def with_markers(frame: pd.DataFrame | None, markers: list[tuple[int, str]],
@@ -148,3 +149,31 @@ def with_markers(frame: pd.DataFrame | None, markers: list[tuple[int, str]],
         lo, hi = lo - pad, hi + pad
     rules = [(step, y, label) for step, label in markers for y in (lo, hi)]
     return pd.concat([frame, pd.DataFrame(rules, columns=COLUMNS)], ignore_index=True)
+
+
+# Vega-Lite's default category colours, in its order, for the data series; the markers are drawn in greys.
+SERIES_COLORS = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
+                 "#bab0ac")
+MARKER_COLORS = ("#374151", "#9ca3af")
+
+
+def series_colors(frame: pd.DataFrame | None) -> dict[str, str] | None:
+    """A colour for every series of a chart's frame, markers in grey. The plot builds its colour legend when
+    this map changes, so a series that appears mid-run (a marker, a reward that became a monitor) gets its
+    colour and its legend entry; with the same series the map stays the same and the plot only takes the data.
+
+    >>> series_colors(pd.DataFrame([(1, 0.5, "total"), (2, 0, "steered at 2: beta 0→0.1")], columns=COLUMNS))
+    {'total': '#4c78a8', 'steered at 2: beta 0→0.1': '#374151'}
+    """
+    if frame is None:
+        return None
+    colors: dict[str, str] = {}
+    data = markers = 0
+    for name in dict.fromkeys(frame["series"]):
+        if str(name).startswith(MARKER_PREFIX):
+            colors[name] = MARKER_COLORS[markers % len(MARKER_COLORS)]
+            markers += 1
+        else:
+            colors[name] = SERIES_COLORS[data % len(SERIES_COLORS)]
+            data += 1
+    return colors
