@@ -30,14 +30,17 @@ def snap_config(snap: runs.Snapshot) -> RunConfig | None:
 # order is the order the API returns the outputs in.
 PART_OUTPUTS = {
     "progress": ("progress",),
-    "charts": ("health", "reward_plot", *(f"plot_{key}" for key in charts.CHARTS)),
-    "probes": ("probe_plot", "probes", "probe_pick"),
+    "charts": ("health", "reward_plot", *(f"plot_{key}" for key in charts.CHARTS), "plot_colors"),
+    "probes": ("probe_plot", "probes", "probe_pick", "plot_colors"),
     "jobs": ("eval_box",),
     "runs": ("runs_table",),
     "groups": ("groups", "group_step"),
     "log": ("log",),
 }
 ALL_PARTS = " ".join(PART_OUTPUTS)
+# The line plots, whose colour per series (charts.series_colors) follows their data in a second event (see
+# plot_colors).
+PLOTS = ("reward_plot", *(f"plot_{key}" for key in charts.CHARTS), "probe_plot")
 # The group inspector's slider redraws the groups alone (the page's side; through the API, /refresh takes parts).
 GROUPS_ONLY_JS = "(run, step, pick, action, parts) => [run, step, pick, action, 'groups']"
 
@@ -72,10 +75,11 @@ def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pi
             else views.progress_html(None, {}, [], None))
     empty = {
         "progress": {"progress": head},
-        "charts": {"health": "", "reward_plot": None, **{f"plot_{key}": None for key in charts.CHARTS}},
+        "charts": {"health": "", "reward_plot": None, **{f"plot_{key}": None for key in charts.CHARTS},
+                   "plot_colors": {}},
         "groups": groups_view([], 0),
         "probes": {"probe_plot": None, "probes": probes_view.probes_empty_html(RunConfig().to_dict()),
-                   "probe_pick": _probe_picker(probes_view.probe_choices([]), probe_pick)},
+                   "probe_pick": _probe_picker(probes_view.probe_choices([]), probe_pick), "plot_colors": {}},
         "log": {"log": ""},
     }
     return {name: value for part in parts for name, value in empty[part].items()}
@@ -94,11 +98,12 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
     if "charts" in parts:
         metrics = snap.metrics
         lim = charts.step_axis(max_steps, [m["step"] for m in metrics])
+        frames = {"reward_plot": charts.with_markers(charts.reward_frame(metrics), markers),
+                  **{f"plot_{key}": charts.with_markers(charts.metric_frame(metrics, key), markers,
+                                                        charts.CHART_Y_LIMITS.get(key)) for key in charts.CHARTS}}
         out.update({"health": views.health_html(metrics, snap.evals),
-                    "reward_plot": plot(charts.with_markers(charts.reward_frame(metrics), markers), lim),
-                    **{f"plot_{key}": plot(charts.with_markers(charts.metric_frame(metrics, key), markers,
-                                                               charts.CHART_Y_LIMITS.get(key)), lim)
-                       for key in charts.CHARTS}})
+                    **{name: plot(frame, lim) for name, frame in frames.items()}})
+        out["plot_colors"] = {name: charts.series_colors(frame) for name, frame in frames.items()}
     if "groups" in parts:
         out.update(groups_view(snap.groups, group_step))  # the largest file of a run: read only for its part
     if "probes" in parts:
@@ -106,12 +111,22 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
         settings = cfg.to_dict() if cfg else {}
         lim = charts.step_axis(settings.get("max_steps"), [e["step"] for e in evals])
         choices = probes_view.probe_choices(evals, settings.get("max_steps"), state)
-        out.update({"probe_plot": plot(charts.with_markers(probes_view.probe_frame(evals), markers), lim),
+        probe_frame = charts.with_markers(probes_view.probe_frame(evals), markers)
+        out["plot_colors"] = {**out.get("plot_colors", {}), "probe_plot": charts.series_colors(probe_frame)}
+        out.update({"probe_plot": plot(probe_frame, lim),
                     "probes": probes_view.probes_html(evals, probe_pick, settings, state),
                     "probe_pick": _probe_picker(choices, probe_pick)})
     if "log" in parts:
         out["log"] = snap.log(30)
     return out
+
+
+def plot_colors(colors: dict | None) -> dict[str, Any]:
+    """The second event of a redraw: each redrawn plot's colour per series, sent after its data. A plot builds its
+    legend when its colour map changes, from the data it holds at that moment, so a series that appears mid-run
+    (a steering marker, a reward turned monitor) is in the legend only when its map comes after its data; an
+    unchanged map leaves the plot as it is."""
+    return {name: gr.LinePlot(color_map=colors_of) for name, colors_of in (colors or {}).items()}
 
 
 def groups_view(groups: list[dict], group_step) -> dict[str, Any]:

@@ -45,9 +45,8 @@ def free_gpu_for_training() -> None:
 
 
 def plot(frame, x_lim: list[int]) -> gr.LinePlot:
-    """A line-plot update: its data, whole-step x-axis limits and a colour per series (charts.series_colors: a
-    series that appears mid-run joins the legend)."""
-    return gr.LinePlot(frame, x_lim=x_lim, color_map=charts.series_colors(frame))
+    """A line-plot update: its data and whole-step x-axis limits."""
+    return gr.LinePlot(frame, x_lim=x_lim)
 
 
 def runs_table():

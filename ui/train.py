@@ -19,7 +19,7 @@ from pipeline.setup.presets import PRESETS
 from ui import charts, probes_view, steer_panel, views, watch
 from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, reward_rows
-from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, live_view, picked_probes
+from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
 from ui.runs_panel import (
     compare_runs, delete_run, eval_view, evaluate_run, refresh_runs, resume_training, runs_table, stop_evaluation,
     stop_push, stop_training,
@@ -184,7 +184,8 @@ def build(ctx: TabContext) -> Tab:
         # The live view's outputs by name (PART_OUTPUTS), in the order the API returns them.
         shown = {"progress": progress_box, "health": health, "reward_plot": reward_plot, **plots, "groups": groups,
                  "group_step": group_step, "log": log, "probe_plot": probe_plot, "probes": probes_panel,
-                 "probe_pick": probe_pick, "eval_box": eval_box, "runs_table": table}
+                 "probe_pick": probe_pick, "eval_box": eval_box, "runs_table": table,
+                 "plot_colors": gr.State({})}  # the redrawn plots' colours, sent after their data (plot_colors)
         live_outputs = {name: shown[name] for names in PART_OUTPUTS.values() for name in names}
         live_inputs = [run_select, group_step, probe_pick, action_run, moved_parts]
 
@@ -222,9 +223,12 @@ def build(ctx: TabContext) -> Tab:
         push_stop_btn.click(stop_push, [action_run, ops], action_msg, api_name="stop_push")
         delete_btn.click(delete_run, [action_run, confirm, ops], [action_msg, confirm]).then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
+        live_plots = {name: shown[name] for name in PLOTS}
         live_refresh.click(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),
                            js=watch.take_moved_js("live-refresh", len(live_inputs)), show_progress="hidden",
-                           trigger_mode="always_last", api_visibility="private")
+                           trigger_mode="always_last", api_visibility="private").then(
+            keyed(plot_colors, live_plots), shown["plot_colors"], list(live_plots.values()), show_progress="hidden",
+            api_visibility="private")
         follow_runs = watch.follow("progress", "live-refresh", tuple(PART_OUTPUTS))
         follow_steering = steer_panel.wire(steer, run_select, allow, ops)
     return Tab(loads=(PageLoad(refresh_runs, [run_select], [run_select, table, compare, action_run]),),

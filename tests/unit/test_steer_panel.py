@@ -165,3 +165,16 @@ def test_the_live_view_draws_the_markers_and_the_header_from_steering_jsonl():
     for name in ("reward_plot", "plot_completion_length"):
         frame = out[name].constructor_args["value"]
         assert "steered at 2: w(length_target) 1→0" in set(frame.series), name
+
+
+def test_a_series_that_appears_mid_run_changes_the_plots_colour_map():
+    """The plot rebuilds its legend only when its colour map changes: a marker (or a monitor's new label) must."""
+    before = pd.DataFrame([(1, 1.0, "total (weighted)"), (1, 0.5, "length_target")], columns=charts.COLUMNS)
+    after = charts.with_markers(before, [(2, "steered at 2: w(length_target) 1→0")])
+    assert charts.series_colors(before) == {"total (weighted)": "#4c78a8", "length_target": "#f58518"}
+    assert charts.series_colors(after) == {**charts.series_colors(before),
+                                           "steered at 2: w(length_target) 1→0": charts.MARKER_COLORS[0]}
+    from ui import live_view
+
+    assert live_view.plot_colors({"reward_plot": charts.series_colors(after)})["reward_plot"].constructor_args == {
+        "color_map": charts.series_colors(after)}
