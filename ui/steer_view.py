@@ -27,14 +27,29 @@ STEERABLE_STATES = ("queued", "running", "stopped", "failed")
 SHOWN_ANSWERS = 5
 
 
+def next_step_text(state: str | None, logged: int) -> str:
+    """When a change asked for now applies, for a run in `state` whose last logged step is `logged`: a running
+    trainer is busy with the step after it, so the change waits for the one after that.
+
+    >>> next_step_text("running", 3), next_step_text("running", 0)
+    ('at step 5, the next to start (step 4 is training now)', 'at the first step to start (step 1, or 2 if step 1 is under way)')
+    >>> next_step_text("stopped", 3)
+    'when the run is resumed, from its first step'
+    """
+    if state not in ("queued", "running"):
+        return "when the run is resumed, from its first step"
+    if logged == 0:
+        return "at the first step to start (step 1, or 2 if step 1 is under way)"
+    return f"at step {logged + 2}, the next to start (step {logged + 1} is training now)"
+
+
 def _state_note(state: str | None, step: int) -> tuple[bool, str]:
     """Whether the panel takes changes for a run in `state`, and what it says about when they apply."""
     if state in ("queued", "running"):
-        return True, (f"Changes apply at the start of the next step (step {step + 1}), on every process. "
-                      "Change only what you want; the other fields stay as they are.")
+        return True, ("Changes apply when the next step starts, on every process. Change only what you want; the "
+                      "other fields stay as they are.")
     if state in ("stopped", "failed"):
-        return True, (f"This run is {state}: a change applies when it is resumed, from its first step "
-                      f"(step {step + 1}).")
+        return True, f"This run is {state}: a change applies when it is resumed, from its first step."
     if state == "finished":
         return False, "This run has finished: there is nothing left to steer. Start a new run to try other values."
     return False, "This run can't be steered: its settings can't be read (see the header)."
@@ -170,10 +185,7 @@ def steer(run_name: str | None, shown: dict, typed: dict, actor: owners.Actor | 
         return f"❌ {exc}"
     asked = ", ".join(change_label({"setting": s, "old": _old(shown, s), "new": v})
                       for s, v in steering.flatten(changes).items())
-    step = _current_step(run_dir)
-    when = (f"Applies at step {step + 1}" if state in ("queued", "running")
-            else f"Applies when the run is resumed, at step {step + 1}")
-    return f"✓ Requested {asked}. {when}."
+    return f"✓ Requested {asked}. Applies {next_step_text(state, _current_step(run_dir))}."
 
 
 def _old(shown: dict, setting: str) -> Any:

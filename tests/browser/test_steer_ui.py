@@ -28,8 +28,10 @@ def test_a_weight_changed_mid_run_is_marked_and_used_from_the_next_step(page, ap
     weight = page.get_by_label("weight: length_target", exact=True)
     expect(weight).to_have_value("1", timeout=60_000)
     expect(page.get_by_label("Temperature", exact=True).last).to_be_editable()
-    page.get_by_role("button", name="Fixed for the whole run, and why").click()
+    fixed = page.get_by_role("button", name="Fixed for the whole run, and why")
+    fixed.click()
     expect(page.locator("#steer-fixed")).to_contain_text("the sampler and the advantages are laid out for G")
+    fixed.click()
     expect(page.locator("#progress .gs-step")).to_have_text(re.compile(r"[1-9]"), timeout=600_000)
 
     # Turn length_target into a monitor: only that field is sent, and the panel says when it applies.
@@ -38,9 +40,11 @@ def test_a_weight_changed_mid_run_is_marked_and_used_from_the_next_step(page, ap
     page.locator("#steer-apply").click()
     expect(page.locator("#steer-message")).to_contain_text(re.compile(r"Requested w\(length_target\) 1→0\. "
                                                                       r"Applies at step \d"), timeout=30_000)
+    promised = int(re.search(r"Applies at step (\d+)", page.locator("#steer-message").inner_text()).group(1))
     assert [r["changes"] for r in steering.read_requests(run_dir)] == [{"weight/length_target": 0.0}]
     expect(page.locator("#steer-answers")).to_contain_text("Applied at step", timeout=300_000)
     step = steering.applied_changes(run_dir)[0]["step"]
+    assert step == promised
 
     # The marker on the charts, the change in the header and the Runs table, and the new weight from that step on.
     expect(page.locator("#reward-plot")).to_contain_text(f"steered at {step}", timeout=300_000)

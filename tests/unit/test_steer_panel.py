@@ -68,7 +68,7 @@ def test_the_fields_are_the_steerable_settings_filled_with_the_values_in_force()
 
 
 def test_the_panel_takes_changes_while_training_and_for_a_resume_but_not_for_a_finished_run():
-    assert steer_view.panel(make_run("running").name)["note"].startswith("Changes apply at the start of the next step")
+    assert steer_view.panel(make_run("running").name)["note"].startswith("Changes apply when the next step starts")
     stopped = steer_view.panel(make_run("stopped").name)
     assert stopped["enabled"] and "a change applies when it is resumed" in stopped["note"]
     assert steer_view.panel(make_run("failed").name)["enabled"]
@@ -83,16 +83,21 @@ def test_apply_sends_only_the_fields_that_changed():
     shown = steer_view.panel(run_dir.name)["shown"]
     typed = {**shown, "weights": {**shown["weights"], "length_target": 0}}
     message = steer_view.steer(run_dir.name, shown, typed)
-    assert message.startswith("✓ Requested w(length_target) 1→0. Applies at step 1"), message
-    assert [r["changes"] for r in steering.read_requests(run_dir)] == [{"weight/length_target": 0}]
+    assert message.startswith("✓ Requested w(length_target) 1→0. Applies at the first step to start"), message
+    append(run_dir / run_files.METRICS, {"step": 2, "reward": 1.0})  # step 2 logged: step 3 is training
+    typed = {**shown, "learning_rate": 1e-4}
+    assert steer_view.steer(run_dir.name, shown, typed).endswith("Applies at step 4, the next to start (step 3 is "
+                                                                 "training now).")
+    assert [r["changes"] for r in steering.read_requests(run_dir)] == [{"weight/length_target": 0},
+                                                                        {"learning_rate": 1e-4}]
     # Typed back to what the panel was filled with: nothing is sent.
     assert steer_view.steer(run_dir.name, shown, shown) == "Nothing to apply: change a field first."
-    assert len(steering.read_requests(run_dir)) == 1
+    assert len(steering.read_requests(run_dir)) == 2
     assert steer_view.changed_only({"learning_rate": 3e-4}, {"learning_rate": 0.1 * 3e-3}) == {}  # a float round trip
     # A stopped run: the change waits for the resume, and says so.
     stopped = make_run("stopped")
     shown = steer_view.panel(stopped.name)["shown"]
-    assert "Applies when the run is resumed, at step 1" in steer_view.steer(stopped.name, shown,
+    assert "Applies when the run is resumed, from its first step" in steer_view.steer(stopped.name, shown,
                                                                             {**shown, "temperature": 0.7})
 
 
