@@ -200,7 +200,7 @@ def test_train_tab_reads_a_runs_probes_and_draws_them_when_their_stamp_moves():
         runs.append_jsonl(run_dir / probes.PROBE_FILE, e)
     assert live.stamps(run_dir.name, None)["probes"] != stamp  # the page redraws the probes
     view = live_view(run_dir.name, parts="probes")
-    assert set(view) == {"probe_plot", "probes", "probe_pick"}
+    assert set(view) == {"probe_plot", "probes", "probe_pick", "plot_colors"}
     assert "data-step='10'" in view["probes"] and ("0 · base", "0") in view["probe_pick"].constructor_args["choices"]
     series = view["probe_plot"].constructor_args["value"]["series"]
     assert set(series) == {"total (weighted)", "length_target", "token_diversity"}
