@@ -122,7 +122,7 @@ def panel(run_name: str | None) -> dict[str, Any]:
     if run_dir is None:
         return {**empty, "note": "Pick a run, or start one: while it trains you can change its reward weights, "
                                  "temperature, learning rate and beta here."}
-    try:
+    try:  # the fields show what the run trains with from its next step: the values in force, then the requests
         cfg = steering.config_requested(run_dir)
     except (ConfigError, ValueError, TypeError, OSError):
         return {**empty, "note": _state_note("damaged", 0)[1]}
@@ -134,7 +134,7 @@ def panel(run_name: str | None) -> dict[str, Any]:
     shown = {**{setting: getattr(cfg, setting) for setting, _ in NUMBERS}, "weights": dict(weights[:MAX_WEIGHTS])}
     return {"enabled": enabled, "note": note, **{setting: shown[setting] for setting, _ in NUMBERS},
             "weights": weights[:MAX_WEIGHTS], "answers": answers_markdown(run_dir), "fixed": fixed_markdown(cfg),
-            "command": command_text(run_dir, cfg), "shown": shown}
+            "command": command_text(run_dir, steering.config_in_force(run_dir)), "shown": shown}
 
 
 def _differs(old: Any, new: Any) -> bool:

@@ -59,6 +59,7 @@ def test_the_fields_are_the_steerable_settings_filled_with_the_values_in_force()
     steering.request(run_dir, {"learning_rate": 1e-4})
     assert steer_view.panel(run_dir.name)["learning_rate"] == 1e-4
     assert "Waiting: lr → 0.0001" in steer_view.panel(run_dir.name)["answers"]
+    assert '"learning_rate": 0.0003' in steer_view.panel(run_dir.name)["command"]  # in force: not applied yet
     # The settings that can't change are listed with this run's value and why.
     fixed = view["fixed"]
     assert "| `num_generations` | `4` | the sampler and the advantages are laid out for G completions" in fixed
