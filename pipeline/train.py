@@ -4,7 +4,7 @@
     torchrun --nproc_per_node 2 -m pipeline.train --run-dir DIR
 
 Reads DIR/config.json (writing the default quick CPU config once when it is absent; it is never
-rewritten) and writes status.json, launches.jsonl, metrics.jsonl, groups.jsonl, train.log,
+rewritten) and writes status.json, launches.jsonl, metrics.jsonl, groups.jsonl, tokens.jsonl, train.log,
 checkpoints, adapter/ and merged/ into DIR. `--steps` is an override: it is recorded in launches.jsonl
 with the start's time and step, and holds for later resumes until another override replaces it.
 SIGTERM stops after the current step, saves a checkpoint and the adapter, and marks the run stopped.
@@ -38,6 +38,7 @@ from pipeline.reward_check import needs_isolation
 from pipeline.rewards.custom import NO_TOKEN_HINT
 from pipeline.processes import end_children
 from pipeline.probes import make_probe_callbacks
+from pipeline.token_capture import with_token_capture
 
 log = logging.getLogger("grpo_studio.train")
 
@@ -202,7 +203,8 @@ def make_trainer_class():
             return {"step": self.state.global_step, "weights": self.studio_weights,
                     "scale_rewards": self.scale_rewards, "groups": groups}
 
-    return StudioGRPOTrainer
+    # The token view's record (tokens.jsonl) is read from the loss pass of this class's hooks.
+    return with_token_capture(StudioGRPOTrainer)
 
 
 def hide_monitors_of_unscored(rewards_per_func, weights):

@@ -15,14 +15,14 @@ from typing import Any
 
 import gradio as gr
 
-from pipeline import live, run_files, runner, runs
+from pipeline import live, run_files, runner, runs, token_log
 from pipeline.jobs import EVAL_LIMIT
 from pipeline.config import PRESETS, BUNDLED_MODEL_ID, ConfigError, RunConfig, apply_preset
 from pipeline.data import DatasetError, load_rows, read_table
 from pipeline.models import catalog_choices, check_processes, gpu_count
 from pipeline.preflight import SCAN_PROMPTS
 from pipeline.rewards import reward_registry
-from ui import uploads, views, watch
+from ui import token_views, uploads, views, watch
 from ui.tab import PageLoad, Tab, TabContext, acting
 from ui.form import (
     REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, form_to_config, number_bounds, reward_rows,
@@ -251,20 +251,25 @@ PART_OUTPUTS = {
     "jobs": ("eval_box",),
     "runs": ("runs_table",),
     "groups": ("groups", "group_step"),
+    "tokens": ("groups",),  # the token view's record: drawn only in a shaded mode (groups_view)
     "log": ("log",),
 }
 ALL_PARTS = " ".join(PART_OUTPUTS)
 # The group inspector's slider redraws the groups alone (the page's side; through the API, /refresh takes parts).
-GROUPS_ONLY_JS = "(run, step, pick, action, parts) => [run, step, pick, action, 'groups']"
+GROUPS_ONLY_JS = "(run, step, pick, action, mode, parts) => [run, step, pick, action, mode, 'groups']"
 
 
 def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None = "latest",
-              action_name: str | None = None, parts: str | None = ALL_PARTS) -> dict[str, Any]:
+              action_name: str | None = None, token_mode: str = token_views.TEXT,
+              parts: str | None = ALL_PARTS) -> dict[str, Any]:
     """The live view's one Refresh: redraws the parts named in `parts` (the page's poll names those whose stamp
     moved; a script leaves it out and gets them all) and leaves every other output as it is. `run_name` is the
-    shown run, `action_name` the Runs panel's. Returns {output name: update} (PART_OUTPUTS)."""
+    shown run, `action_name` the Runs panel's, `token_mode` the group inspector's view. Returns {output name: update}
+    (PART_OUTPUTS)."""
     moved = set((parts or "").split()) & set(PART_OUTPUTS)
-    out = shown_run_view(run_name, moved & set(live.SHOWN_PARTS), group_step, probe_pick)
+    if token_mode not in token_views.SCALES:
+        moved.discard("tokens")  # the token record moved, but the inspector shows text: nothing to draw
+    out = shown_run_view(run_name, moved & set(live.SHOWN_PARTS), group_step, probe_pick, token_mode)
     if "jobs" in moved:
         out["eval_box"] = eval_view(action_name)
     if "runs" in moved:
@@ -272,7 +277,8 @@ def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None 
     return out
 
 
-def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pick="latest") -> dict[str, Any]:
+def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pick="latest",
+                   token_mode: str = token_views.TEXT) -> dict[str, Any]:
     """The named parts of the shown run's view, read from one snapshot of its folder; for no run, a run that is
     gone or a name that can't be a run, the header says which and the other parts clear."""
     if not parts:
@@ -280,7 +286,7 @@ def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pi
     path = run_path(run_name)
     if path is not None:
         try:
-            return _draw_run(runs.snapshot(path), run_name, parts, group_step, probe_pick)
+            return _draw_run(runs.snapshot(path), run_name, parts, group_step, probe_pick, token_mode)
         except FileNotFoundError:  # deleted between the check above and the reads
             pass
     refused = runs.run_name_problem(run_name) if run_name else None  # a NUL byte, 300 characters, a path
@@ -290,6 +296,7 @@ def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pi
         "progress": {"progress": head},
         "charts": {"health": "", "reward_plot": None, **{f"plot_{key}": None for key in views.CHARTS}},
         "groups": groups_view([], 0),
+        "tokens": {"groups": views.groups_html(None)},
         "probes": {"probe_plot": None, "probes": views.probes_empty_html(RunConfig().to_dict()),
                    "probe_pick": _probe_picker(views.probe_choices([]), probe_pick)},
         "log": {"log": ""},
@@ -297,7 +304,8 @@ def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pi
     return {name: value for part in parts for name, value in empty[part].items()}
 
 
-def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, probe_pick) -> dict[str, Any]:
+def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, probe_pick,
+              token_mode: str = token_views.TEXT) -> dict[str, Any]:
     cfg = snap_config(snap)  # with --steps overrides; None when damaged: the header says so, the rest shows
     max_steps = cfg.max_steps if cfg else None
     out: dict[str, Any] = {}
@@ -309,8 +317,9 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
         out.update({"health": views.health_html(metrics, snap.evals),
                     "reward_plot": plot(views.reward_frame(metrics), lim),
                     **{f"plot_{key}": plot(views.metric_frame(metrics, key), lim) for key in views.CHARTS}})
-    if "groups" in parts:
-        out.update(groups_view(snap.groups, group_step))  # the largest file of a run: read only for its part
+    if parts & {"groups", "tokens"}:
+        # the largest files of a run: read only for their part, and the token record only for the step shown
+        out.update(groups_view(snap.groups, group_step, snap.run_dir, token_mode))
     if "probes" in parts:
         evals, state = snap.evals, snap.state
         settings = cfg.to_dict() if cfg else {}
@@ -324,12 +333,16 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
     return out
 
 
-def groups_view(groups: list[dict], group_step) -> dict[str, Any]:
-    """The group inspector at the picked step (0: the latest), and the step slider's range."""
+def groups_view(groups: list[dict], group_step, run_dir: Path | None = None,
+                token_mode: str = token_views.TEXT) -> dict[str, Any]:
+    """The group inspector at the picked step (0: the latest), and the step slider's range; in a shaded token
+    mode, the step's token record is read (that line alone) and drawn."""
     steps = [g["step"] for g in groups]
     pick = int(group_step or 0)
     record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
-    return {"groups": views.groups_html(record),
+    tokens = token_log.read_step(run_dir, record["step"]) \
+        if record and run_dir is not None and token_mode in token_views.SCALES else None
+    return {"groups": views.groups_html(record, tokens, token_mode),
             "group_step": gr.Slider(minimum=0, maximum=max(steps + [1]), step=1)}  # a slider needs max > min
 
 
@@ -557,6 +570,10 @@ def build(ctx: TabContext) -> Tab:
                 gr.Markdown("#### Group inspector\nEach prompt's G completions, best advantage first. "
                             "Green rows were reinforced, red rows discouraged.")
                 group_step = gr.Slider(0, 1, value=0, step=1, label="Step (0 = latest)", elem_id="group-step")
+                token_mode = gr.Radio(list(token_views.MODES), value=token_views.TEXT, label="Show completions as",
+                                      info="Log-prob shades the tokens the policy found surprising; Entropy, where "
+                                           "it was unsure what to write. Hover a token for its values.",
+                                      elem_id="token-mode")
                 groups = gr.HTML(views.groups_html(None), elem_id="groups")
                 log = gr.Textbox(label="Log tail", lines=8, max_lines=8, interactive=False, elem_id="log")
 
@@ -598,7 +615,7 @@ def build(ctx: TabContext) -> Tab:
                  "group_step": group_step, "log": log, "probe_plot": probe_plot, "probes": probes_panel,
                  "probe_pick": probe_pick, "eval_box": eval_box, "runs_table": table}
         live_outputs = {name: shown[name] for names in PART_OUTPUTS.values() for name in names}
-        live_inputs = [run_select, group_step, probe_pick, action_run, moved_parts]
+        live_inputs = [run_select, group_step, probe_pick, action_run, token_mode, moved_parts]
 
         source.change(lambda s: (gr.Group(visible=SOURCES[s] == "file"), gr.Group(visible=SOURCES[s] == "hub")),
                       source, [file_box, hub_box])
@@ -621,6 +638,8 @@ def build(ctx: TabContext) -> Tab:
         # Refresh, every part unless told which.
         group_step.release(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),
                            js=GROUPS_ONLY_JS, show_progress="hidden", api_name="refresh")
+        token_mode.change(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),
+                          js=GROUPS_ONLY_JS, show_progress="hidden", api_visibility="private")
         probe_pick.input(picked_probes, [run_select, probe_pick], probes_panel, show_progress="hidden")
         run_select.change(lambda: "latest", None, probe_pick)
         refresh_btn.click(refresh_runs, run_select, [run_select, table, compare, action_run])

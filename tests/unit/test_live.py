@@ -118,7 +118,7 @@ def comparable(value):
 def draw_everything(shown, action) -> dict:
     from ui import train
 
-    return {name: comparable(v) for name, v in train.live_view(shown, 0, "latest", action, train.ALL_PARTS).items()}
+    return {name: comparable(v) for name, v in train.live_view(shown, 0, "latest", action, parts=train.ALL_PARTS).items()}
 
 
 @pytest.mark.parametrize("shown", ["drawn", None, "gone-run", "bad" + chr(0) + "name"])
@@ -130,9 +130,12 @@ def test_the_refresh_draws_the_outputs_of_the_parts_it_is_given_and_no_other(sho
     append(run_dir / "metrics.jsonl", {"step": 1, "reward": 1.0})
     append(run_dir / "groups.jsonl", {"step": 1, "groups": []})
     for part, outputs in train.PART_OUTPUTS.items():
-        assert set(train.live_view(shown, 0, "latest", run_dir.name, part)) == set(outputs), part
-    assert train.live_view(shown, 0, "latest", run_dir.name, "") == {}  # nothing moved: nothing is sent
-    everything = train.live_view(shown, 0, "latest", run_dir.name, train.ALL_PARTS)
+        # The token record is drawn only while the group inspector shows tokens.
+        mode = "Log-prob" if part == "tokens" else "Text"
+        assert set(train.live_view(shown, 0, "latest", run_dir.name, mode, part)) == set(outputs), part
+    assert train.live_view(shown, 0, "latest", run_dir.name, "Text", "tokens") == {}
+    assert train.live_view(shown, 0, "latest", run_dir.name, parts="") == {}  # nothing moved: nothing is sent
+    everything = train.live_view(shown, 0, "latest", run_dir.name, parts=train.ALL_PARTS)
     assert set(everything) == {name for names in train.PART_OUTPUTS.values() for name in names}
 
 
@@ -169,5 +172,5 @@ def test_every_output_that_changes_is_in_a_part_whose_stamp_moved():
         changed = {name for name in new_view if new_view[name] != view[name]}
         stale = changed - {name for part in moved for name in train.PART_OUTPUTS[part]}
         assert not stale, f"{what}: {sorted(stale)} changed, but no stamp of theirs moved (moved: {sorted(moved)})"
-        redrawn = train.live_view(shown.name, 0, "latest", action.name, " ".join(moved))
+        redrawn = train.live_view(shown.name, 0, "latest", action.name, parts=" ".join(moved))
         assert set(redrawn) == {name for part in moved for name in train.PART_OUTPUTS[part]}, what
