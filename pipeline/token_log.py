@@ -100,7 +100,7 @@ def append_step(run_dir: str | Path, step: int, groups: list[list[dict | None]])
     return True
 
 
-_LINE_STEP = re.compile(rb'^\{"step": (\d+),')
+_LINE_STEP = re.compile(rb'\{"step": (\d+),')  # matched at a line's start (re.match at its offset)
 # Per tokens.jsonl: (inode, bytes scanned, {step: [line offsets]}). A file that grows is scanned from where the
 # last read stopped, so a live view that reads one step each redraw reads the new lines' first bytes and the
 # one line it shows.
