@@ -13,10 +13,11 @@ MODES = (TEXT, LOGP, ENTROPY)
 
 # What each shaded mode shades by: the record's key, the value at which the shade is full, its colour (r, g, b),
 # and the legend's words. Fixed ends, so that one step can be compared with another. A log-prob of -5 is a
-# token the policy gave under 1% (e^-5); an entropy of 3 nats is about as unsure as a pick among 20 tokens.
+# token the policy gave under 1% (e^-5); an entropy of 6 nats is as unsure as an even pick among 400 tokens
+# (a small model sampling at temperature 1 often sits at 2 to 5).
 SCALES = {
     LOGP: ("logp", -5.0, (234, 88, 12), "high log-prob: expected", "low log-prob: surprising"),
-    ENTROPY: ("entropy", 3.0, (79, 70, 229), "low entropy: sure", "high entropy: unsure"),
+    ENTROPY: ("entropy", 6.0, (79, 70, 229), "low entropy: sure", "high entropy: unsure"),
 }
 MAX_ALPHA = 0.75  # the fullest shade still leaves dark text readable
 
@@ -24,7 +25,7 @@ MAX_ALPHA = 0.75  # the fullest shade still leaves dark text readable
 def shade(mode: str, value: float | None) -> float:
     """How strongly a token is shaded, 0 (none) to 1 (full), for its value in `mode`.
 
-    >>> shade(LOGP, 0.0), shade(LOGP, -2.5), shade(LOGP, -9.0), shade(ENTROPY, 1.5), shade(ENTROPY, None)
+    >>> shade(LOGP, 0.0), shade(LOGP, -2.5), shade(LOGP, -9.0), shade(ENTROPY, 3.0), shade(ENTROPY, None)
     (0.0, 0.5, 1.0, 0.5, 0.0)
     """
     if value is None or not math.isfinite(value) or mode not in SCALES:

@@ -36,7 +36,7 @@ def test_tokens_are_escaped_in_text_and_hover():
 
 
 def test_shade_follows_the_value_of_the_mode_and_the_hover_gives_exact_values():
-    e = entry([" sure", " odd", " very odd"], [-0.01, -2.5, -12.0], [3.5, 1.5, 0.0])
+    e = entry([" sure", " odd", " very odd"], [-0.01, -2.5, -12.0], [7.0, 3.0, 0.0])
     by_logp = spans(token_views.token_spans(e, token_views.LOGP))
     alphas = [float(s[4]) for s in by_logp]
     assert alphas[0] < alphas[1] < alphas[2] == token_views.MAX_ALPHA  # lower log-prob: stronger shade
@@ -45,7 +45,7 @@ def test_shade_follows_the_value_of_the_mode_and_the_hover_gives_exact_values():
     assert [float(s[4]) for s in by_entropy] == [token_views.MAX_ALPHA, pytest.approx(0.38, abs=0.01), 0.0]
     assert by_logp[0][1:4] != by_entropy[0][1:4]  # each mode its own colour
     title = by_logp[1][5]
-    assert "log-prob -2.5000 (p = 0.0821)" in title and "entropy 1.5000" in title and "&#x27; odd&#x27;" in title
+    assert "log-prob -2.5000 (p = 0.0821)" in title and "entropy 3.0000" in title and "&#x27; odd&#x27;" in title
 
 
 def test_special_tokens_and_line_breaks_are_visible():
