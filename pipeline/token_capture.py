@@ -35,14 +35,26 @@ class TokenCapture:
         self.total_rows = 0
         self.step: int | None = None  # the step whose groups.jsonl line shows this generation
         self.open = False
+        self.kept: list[tuple] = []  # loss passes not yet read back (tensors: see keep)
 
     def begin_generation(self, local_rows: int, total_rows: int, gather=None) -> None:
         """A new generation batch: `local_rows` of its `total_rows` rows are this process's. What is left of the
         previous one (a Stop between two of its steps) is written as it is."""
+        self.take_kept()
         if self.open and self.step is not None and self.rows:
             self.flush(gather)
         self.rows, self.step, self.open = {}, None, True
         self.local_rows, self.total_rows = int(local_rows), int(total_rows)
+
+    def keep(self, rows, ids, mask, logps, entropies) -> None:
+        """One loss pass's tensors, detached, read back at the step's log: reading a GPU tensor back in the middle
+        of the step would make the step wait for the device (as `take`, in tensors)."""
+        self.kept.append((rows, ids, mask, logps, entropies))
+
+    def take_kept(self) -> None:
+        kept, self.kept = self.kept, []
+        for rows, ids, mask, logps, entropies in kept:
+            self.take(rows.tolist(), ids.tolist(), mask.tolist(), logps.float().tolist(), entropies.float().tolist())
 
     def take(self, rows: list[int], ids: list[list[int]], mask: list[list[int]], logps: list[list[float]],
              entropies: list[list[float]]) -> None:
@@ -61,6 +73,7 @@ class TokenCapture:
         files it under; once every local row has been scored, the step's line is written (the main process)."""
         if not self.open:
             return
+        self.take_kept()
         if self.step is None:
             self.step = int(step)
         # Every process holds the same number of rows and scores the same share per micro-batch, so all of them
@@ -141,9 +154,8 @@ def with_token_capture(trainer_class):
                                                              *args, **kwargs)
             rows, capture = self._studio_loss_rows, self.studio_tokens
             if rows is not None and capture is not None and kwargs.get("compute_entropy") and out[1] is not None:
-                capture.take(rows.tolist(), input_ids[:, -logits_to_keep:].tolist(),
-                             attention_mask[:, -logits_to_keep:].tolist(),
-                             out[0].detach().float().cpu().tolist(), out[1].detach().float().cpu().tolist())
+                capture.keep(rows, input_ids[:, -logits_to_keep:], attention_mask[:, -logits_to_keep:],
+                             out[0].detach(), out[1].detach())
             return out
 
         def log(self, logs, start_time=None):

@@ -100,6 +100,6 @@ def missing_note(mode: str, step) -> str:
     """Said above the groups when a shaded mode has no token record for the step shown."""
     if mode not in SCALES:
         return ""
-    return (f"<div class='gs-tok-legend'>No token record for step {html.escape(str(step))}: the run was "
-            "started before the token view existed, or the step was left out to keep the record's size bounded. "
-            "Completions show as text.</div>")
+    return (f"<div class='gs-tok-legend'>No token record for step {html.escape(str(step))}: it is written just "
+            "after the step's groups, or the run was started before the token view existed, or the step was left "
+            "out to keep the record's size bounded. Completions show as text.</div>")

@@ -210,3 +210,24 @@ def test_the_main_process_writes_every_processs_rows(tmp_path):
     ranks[0].after_log(step=4, gather=lambda rows: gathered)
     groups = token_log.read_step(tmp_path, 4)["groups"]
     assert [[e["tokens"] for e in g] for g in groups] == [[[" w1"], [" w3"]], [[" w2"], [" w3"]]]
+
+
+class Tensor(list):
+    """Enough of a tensor for the capture: what it calls to read one back."""
+
+    def tolist(self):
+        return [list(r) if isinstance(r, list) else r for r in self]
+
+    def float(self):
+        return self
+
+
+def test_loss_passes_kept_as_tensors_are_read_back_at_the_log_in_the_order_they_came(tmp_path):
+    capture = TokenCapture(tmp_path, Words(), group_size=2, main=True)
+    capture.begin_generation(2, 2)
+    capture.keep(Tensor([1, 0]), Tensor([[4], [3]]), Tensor([[1], [1]]), Tensor([[-0.4], [-0.3]]),
+                 Tensor([[0.4], [0.3]]))
+    capture.keep(Tensor([0]), Tensor([[3]]), Tensor([[1]]), Tensor([[-9.0]]), Tensor([[9.0]]))  # a later pass
+    assert capture.rows == {}  # nothing read back during the step
+    capture.after_log(step=2)
+    assert token_log.read_step(tmp_path, 2)["groups"] == [[entry([" w3"], [-0.3], [0.3]), entry([" w4"], [-0.4], [0.4])]]
