@@ -130,10 +130,11 @@ def with_token_capture(trainer_class):
 
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
-            if self.model.training and "completion_ids" in output:
+            run_dir = getattr(self, "studio_run_dir", None)  # None: a trainer built without a run folder (tests)
+            if self.model.training and "completion_ids" in output and run_dir is not None:
                 if self.studio_tokens is None:
-                    self.studio_tokens = TokenCapture(self.studio_run_dir, self.processing_class,
-                                                      self.num_generations, self.accelerator.is_main_process)
+                    self.studio_tokens = TokenCapture(run_dir, self.processing_class, self.num_generations,
+                                                      self.accelerator.is_main_process)
                 local = output["completion_ids"].size(0)
                 first = self.accelerator.process_index * local  # TRL gathers the processes' rows in this order
                 output[ROW_KEY] = output["completion_ids"].new_tensor(list(range(first, first + local)))
