@@ -319,7 +319,8 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
                     **{f"plot_{key}": plot(views.metric_frame(metrics, key), lim) for key in views.CHARTS}})
     if parts & {"groups", "tokens"}:
         # the largest files of a run: read only for their part, and the token record only for the step shown
-        out.update(groups_view(snap.groups, group_step, snap.run_dir, token_mode))
+        drawn = groups_view(snap.groups, group_step, snap.run_dir, token_mode)
+        out.update(drawn if "groups" in parts else {"groups": drawn["groups"]})
     if "probes" in parts:
         evals, state = snap.evals, snap.state
         settings = cfg.to_dict() if cfg else {}

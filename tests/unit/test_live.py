@@ -139,6 +139,19 @@ def test_the_refresh_draws_the_outputs_of_the_parts_it_is_given_and_no_other(sho
     assert set(everything) == {name for names in train.PART_OUTPUTS.values() for name in names}
 
 
+def test_a_new_token_line_redraws_the_groups_with_their_tokens_only_while_the_inspector_shows_tokens():
+    from pipeline import token_log
+    from ui import train
+
+    run_dir = make_running_run("tokens")
+    append(run_dir / "groups.jsonl", {"step": 1, "weights": {}, "groups": [
+        {"prompt": "p", "completions": [{"completion": " a", "rewards": {}, "total": 1.0, "advantage": 0.0}]}]})
+    token_log.append_step(run_dir, 1, [[token_log.completion_entry([" a"], [-1.5], [0.5])]])
+    assert train.live_view(run_dir.name, 0, "latest", None, "Text", "tokens") == {}
+    drawn = train.live_view(run_dir.name, 0, "latest", None, "Log-prob", "tokens")
+    assert set(drawn) == {"groups"} and "log-prob -1.5000" in drawn["groups"]
+
+
 def test_every_output_that_changes_is_in_a_part_whose_stamp_moved():
     """Draw the whole view before and after each change to the run files: an output that came out different
     belongs to a part whose stamp moved (else the page would keep showing the old one), and the handler, told
