@@ -29,6 +29,8 @@ SHOWN_PARTS = {
     # the charts and the health panel (its held-out trend reads the probes)
     "charts": (run_files.CONFIG, run_files.LAUNCHES, run_files.METRICS, run_files.EVALS),
     "groups": (run_files.GROUPS,),
+    # the group inspector's token view: redrawn from it only while the inspector shows tokens (ui/live_view.py)
+    "tokens": (run_files.TOKENS,),
     "probes": (run_files.CONFIG, run_files.LAUNCHES, run_files.EVALS),
     "log": (LOG_FILE,),
 }
