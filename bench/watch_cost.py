@@ -4,6 +4,7 @@
     .venv/bin/python bench/watch_cost.py --rounds 2 --steps 3
     .venv/bin/python bench/watch_cost.py --idle 40       # no training: the page's own cost, 40 s a view
     .venv/bin/python bench/watch_cost.py --views walk --steps 16 --rounds 1   # the demo, Start -> finished
+    .venv/bin/python bench/watch_cost.py --views tokens none --steps 11 --rounds 1 --steer-at 5
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python bench/watch_cost.py ...  # an AVX2-only CPU
 
 Real runs: the default config (Quick CPU demo, seed 42) with --steps steps, started through the app's own
@@ -12,6 +13,9 @@ Start API on one data folder whose bundled model is already converted. The views
   tab       headless chromium on the Train tab, opened once the run has started (the page load finds it)
   settings  the same, with "All settings" opened as a user does to set Steps
   walk      a new user: the page opened first, Steps typed into "All settings", Start clicked in the page
+  tokens    walk, then the group inspector switched to its token view (Log-prob) for the whole run
+--steer-at N: every view's run is steered once, after step N (the same change in each, so their runs stay the
+same), through the request file the Train tab's steering panel writes.
 For each it prints the median trainer step time and its ratio to `none` in the same round, Start ->
 finished, and the CPU share (of one core) of the chromium renderer, the rest of chromium and the app
 process while the run trained, plus Chrome DevTools' Performance counters per second.
@@ -158,10 +162,10 @@ def cdp_rates(before: dict, after: dict, seconds: float) -> dict[str, float]:
 # ---- real runs ---------------------------------------------------------------------------------------------
 
 
-def one_run(view: str, steps: int, data: Path, env: dict, browser) -> dict:
+def one_run(view: str, steps: int, data: Path, env: dict, browser, steer_at: int = 0, steer: dict | None = None) -> dict:
     from gradio_client import Client
 
-    from pipeline.run_folder import runs
+    from pipeline.run_folder import run_files, runs
     from pipeline.setup.config import RunConfig
     from tests.integration.helpers import start_inputs
 
@@ -170,7 +174,7 @@ def one_run(view: str, steps: int, data: Path, env: dict, browser) -> dict:
     try:
         runs.runs_dir().mkdir(parents=True, exist_ok=True)
         before_runs = set(runs.iter_run_dirs())
-        if view == "walk":  # a new user: the page first, Steps typed into All settings, Start clicked
+        if view in ("walk", "tokens"):  # a new user: the page first, Steps typed into All settings, Start clicked
             from tests.browser.conftest import fill_settings
 
             page, cdp = open_page(browser, url, "tab")
@@ -180,6 +184,8 @@ def one_run(view: str, steps: int, data: Path, env: dict, browser) -> dict:
             page.locator("#start-btn").click()
             page.wait_for_selector("#train-message:has-text('Started')", timeout=60_000)
             run_dir = next(iter(set(runs.iter_run_dirs()) - before_runs))
+            if view == "tokens":
+                page.locator("#token-mode").get_by_text("Log-prob").click()
         else:
             client = Client(url, verbose=False)
             cfg = RunConfig(max_steps=steps)  # the default: Quick CPU demo, seed 42
@@ -199,11 +205,16 @@ def one_run(view: str, steps: int, data: Path, env: dict, browser) -> dict:
             "app": lambda: [psutil.Process(app.pid)],
             "trainer": lambda: [trainer] + trainer.children(recursive=True) if trainer.is_running() else [],
         })
-        if view not in ("none", "walk"):
+        if view not in ("none", "walk", "tokens"):
             page, cdp = open_page(browser, url, view)
         meter.start()
         before, t_cdp = (cdp_metrics(cdp), time.time()) if cdp else ({}, 0)
+        steered = None
         while runs.read_status(run_dir).get("state") in runs.ACTIVE_STATES:
+            if steer_at and steered is None and len(runs.read_metrics(run_dir)) >= steer_at:
+                from pipeline.setup import steering
+
+                steered = steering.request(run_dir, steer)["id"]
             time.sleep(0.5)
         t_end = time.time()
         rates = cdp_rates(before, cdp_metrics(cdp), t_end - t_cdp) if cdp else {}
@@ -215,7 +226,8 @@ def one_run(view: str, steps: int, data: Path, env: dict, browser) -> dict:
         return {"view": view, "run": run_dir.name, "state": status.get("state"),
                 "step_seconds": [m.get("step_seconds") for m in metrics],
                 "start_to_finished_s": round(t_end - t_start, 1), "cpu_percent": cpu, "cdp_per_s": rates,
-                "probe_rewards": [e.get("reward") for e in runs.read_evals(run_dir)]}
+                "probe_rewards": [e.get("reward") for e in runs.read_evals(run_dir)],
+                "steering": runs.read_jsonl(run_dir / run_files.STEERING) if steered else []}
     finally:
         app.terminate()
         app.wait(timeout=30)
@@ -236,7 +248,7 @@ def real_runs(args) -> dict:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
         for r in range(args.rounds):
             for view in views:
-                res = one_run(view, args.steps, data, env, browser)
+                res = one_run(view, args.steps, data, env, browser, args.steer_at, json.loads(args.steer))
                 res["round"] = r
                 results.append(res)
                 print(json.dumps(res), flush=True)
@@ -341,6 +353,9 @@ def main() -> int:
     ap.add_argument("--idle", type=float, default=0, help="seconds per view for the page-only measurement")
     ap.add_argument("--chatty-log", action="store_true", help="--idle: the log also grows twice a second")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--steer-at", type=int, default=0, help="steer every run once after this step (0: never)")
+    ap.add_argument("--steer", default='{"weights": {"token_diversity": 0.5}}',
+                    help="the change --steer-at makes, as the steering request file holds it (JSON)")
     args = ap.parse_args()
     print(f"cores {os.cpu_count()}, load average {os.getloadavg()}, "
           f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '-')}", flush=True)

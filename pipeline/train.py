@@ -4,7 +4,7 @@
     torchrun --nproc_per_node 2 -m pipeline.train --run-dir DIR
 
 Reads DIR/config.json (writing the default quick CPU config once when it is absent; it is never
-rewritten) and writes status.json, launches.jsonl, metrics.jsonl, groups.jsonl, train.log,
+rewritten) and writes status.json, launches.jsonl, metrics.jsonl, groups.jsonl, tokens.jsonl, train.log,
 checkpoints, adapter/ and merged/ into DIR. `--steps` is an override: it is recorded in launches.jsonl
 with the start's time and step, and holds for later resumes until another override replaces it.
 SIGTERM stops after the current step, saves a checkpoint and the adapter, and marks the run stopped.

@@ -8,10 +8,12 @@ from typing import Any
 
 import gradio as gr
 
-from pipeline.run_folder import live, runs
+from pathlib import Path
+
+from pipeline.run_folder import live, runs, token_log
 from pipeline.setup import steering
 from pipeline.setup.config import RunConfig
-from ui import charts, probes_view, steer_view, views
+from ui import charts, probes_view, steer_view, token_views, views
 from ui.runs_panel import eval_view, plot, run_path, runs_table
 
 
@@ -35,6 +37,7 @@ PART_OUTPUTS = {
     "jobs": ("eval_box",),
     "runs": ("runs_table",),
     "groups": ("groups", "group_step"),
+    "tokens": ("groups",),  # the token view's record: drawn only in a shaded mode (groups_view)
     "log": ("log",),
 }
 ALL_PARTS = " ".join(PART_OUTPUTS)
@@ -42,16 +45,20 @@ ALL_PARTS = " ".join(PART_OUTPUTS)
 # plot_colors).
 PLOTS = ("reward_plot", *(f"plot_{key}" for key in charts.CHARTS), "probe_plot")
 # The group inspector's slider redraws the groups alone (the page's side; through the API, /refresh takes parts).
-GROUPS_ONLY_JS = "(run, step, pick, action, parts) => [run, step, pick, action, 'groups']"
+GROUPS_ONLY_JS = "(run, step, pick, action, mode, parts) => [run, step, pick, action, mode, 'groups']"
 
 
 def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None = "latest",
-              action_name: str | None = None, parts: str | None = ALL_PARTS) -> dict[str, Any]:
+              action_name: str | None = None, token_mode: str = token_views.TEXT,
+              parts: str | None = ALL_PARTS) -> dict[str, Any]:
     """The live view's one Refresh: redraws the parts named in `parts` (the page's poll names those whose stamp
     moved; a script leaves it out and gets them all) and leaves every other output as it is. `run_name` is the
-    shown run, `action_name` the Runs panel's. Returns {output name: update} (PART_OUTPUTS)."""
+    shown run, `action_name` the Runs panel's, `token_mode` the group inspector's view. Returns {output name: update}
+    (PART_OUTPUTS)."""
     moved = set((parts or "").split()) & set(PART_OUTPUTS)
-    out = shown_run_view(run_name, moved & set(live.SHOWN_PARTS), group_step, probe_pick)
+    if token_mode not in token_views.SCALES:
+        moved.discard("tokens")  # the token record moved, but the inspector shows text: nothing to draw
+    out = shown_run_view(run_name, moved & set(live.SHOWN_PARTS), group_step, probe_pick, token_mode)
     if "jobs" in moved:
         out["eval_box"] = eval_view(action_name)
     if "runs" in moved:
@@ -59,7 +66,8 @@ def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None 
     return out
 
 
-def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pick="latest") -> dict[str, Any]:
+def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pick="latest",
+                   token_mode: str = token_views.TEXT) -> dict[str, Any]:
     """The named parts of the shown run's view, read from one snapshot of its folder; for no run, a run that is
     gone or a name that can't be a run, the header says which and the other parts clear."""
     if not parts:
@@ -67,7 +75,7 @@ def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pi
     path = run_path(run_name)
     if path is not None:
         try:
-            return _draw_run(runs.snapshot(path), run_name, parts, group_step, probe_pick)
+            return _draw_run(runs.snapshot(path), run_name, parts, group_step, probe_pick, token_mode)
         except FileNotFoundError:  # deleted between the check above and the reads
             pass
     refused = runs.run_name_problem(run_name) if run_name else None  # a NUL byte, 300 characters, a path
@@ -78,6 +86,7 @@ def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pi
         "charts": {"health": "", "reward_plot": None, **{f"plot_{key}": None for key in charts.CHARTS},
                    "plot_colors": {}},
         "groups": groups_view([], 0),
+        "tokens": {"groups": views.groups_html(None)},
         "probes": {"probe_plot": None, "probes": probes_view.probes_empty_html(RunConfig().to_dict()),
                    "probe_pick": _probe_picker(probes_view.probe_choices([]), probe_pick), "plot_colors": {}},
         "log": {"log": ""},
@@ -85,7 +94,8 @@ def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pi
     return {name: value for part in parts for name, value in empty[part].items()}
 
 
-def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, probe_pick) -> dict[str, Any]:
+def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, probe_pick,
+              token_mode: str = token_views.TEXT) -> dict[str, Any]:
     cfg = snap_config(snap)  # with --steps overrides; None when damaged: the header says so, the rest shows
     max_steps = cfg.max_steps if cfg else None
     # The changes steered into the run: listed in the header, a marker on every chart at the step of each.
@@ -104,8 +114,10 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
         out.update({"health": views.health_html(metrics, snap.evals),
                     **{name: plot(frame, lim) for name, frame in frames.items()}})
         out["plot_colors"] = {name: charts.series_colors(frame) for name, frame in frames.items()}
-    if "groups" in parts:
-        out.update(groups_view(snap.groups, group_step))  # the largest file of a run: read only for its part
+    if parts & {"groups", "tokens"}:
+        # the largest files of a run: read only for their part, and the token record only for the step shown
+        drawn = groups_view(snap.groups, group_step, snap.run_dir, token_mode)
+        out.update(drawn if "groups" in parts else {"groups": drawn["groups"]})
     if "probes" in parts:
         evals, state = snap.evals, snap.state
         settings = cfg.to_dict() if cfg else {}
@@ -129,12 +141,16 @@ def plot_colors(colors: dict | None) -> dict[str, Any]:
     return {name: gr.LinePlot(color_map=colors_of) for name, colors_of in (colors or {}).items()}
 
 
-def groups_view(groups: list[dict], group_step) -> dict[str, Any]:
-    """The group inspector at the picked step (0: the latest), and the step slider's range."""
+def groups_view(groups: list[dict], group_step, run_dir: Path | None = None,
+                token_mode: str = token_views.TEXT) -> dict[str, Any]:
+    """The group inspector at the picked step (0: the latest), and the step slider's range; in a shaded token
+    mode, the step's token record is read (that line alone) and drawn."""
     steps = [g["step"] for g in groups]
     pick = int(group_step or 0)
     record = next((g for g in groups if g["step"] == pick), groups[-1] if groups else None)
-    return {"groups": views.groups_html(record),
+    tokens = token_log.read_step(run_dir, record["step"]) \
+        if record and run_dir is not None and token_mode in token_views.SCALES else None
+    return {"groups": views.groups_html(record, tokens, token_mode),
             "group_step": gr.Slider(minimum=0, maximum=max(steps + [1]), step=1)}  # a slider needs max > min
 
 

@@ -16,7 +16,7 @@ from pipeline.setup.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.models.loading import catalog_choices, gpu_count
 from pipeline.training.preflight import SCAN_PROMPTS
 from pipeline.setup.presets import PRESETS
-from ui import charts, probes_view, steer_panel, views, watch
+from ui import charts, probes_view, steer_panel, token_views, views, watch
 from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, reward_rows
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
@@ -145,6 +145,10 @@ def build(ctx: TabContext) -> Tab:
                 gr.Markdown("#### Group inspector\nEach prompt's G completions, best advantage first. "
                             "Green rows were reinforced, red rows discouraged.")
                 group_step = gr.Slider(0, 1, value=0, step=1, label="Step (0 = latest)", elem_id="group-step")
+                token_mode = gr.Radio(list(token_views.MODES), value=token_views.TEXT, label="Show completions as",
+                                      info="Log-prob shades the tokens the policy found surprising; Entropy, where "
+                                           "it was unsure what to write. Hover a token for its values.",
+                                      elem_id="token-mode")
                 groups = gr.HTML(views.groups_html(None), elem_id="groups")
                 log = gr.Textbox(label="Log tail", lines=8, max_lines=8, interactive=False, elem_id="log")
 
@@ -187,7 +191,7 @@ def build(ctx: TabContext) -> Tab:
                  "probe_pick": probe_pick, "eval_box": eval_box, "runs_table": table,
                  "plot_colors": gr.State({})}  # the redrawn plots' colours, sent after their data (plot_colors)
         live_outputs = {name: shown[name] for names in PART_OUTPUTS.values() for name in names}
-        live_inputs = [run_select, group_step, probe_pick, action_run, moved_parts]
+        live_inputs = [run_select, group_step, probe_pick, action_run, token_mode, moved_parts]
 
         source.change(lambda s: (gr.Group(visible=SOURCES[s] == "file"), gr.Group(visible=SOURCES[s] == "hub")),
                       source, [file_box, hub_box])
@@ -210,6 +214,8 @@ def build(ctx: TabContext) -> Tab:
         # Refresh, every part unless told which.
         group_step.release(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),
                            js=GROUPS_ONLY_JS, show_progress="hidden", api_name="refresh")
+        token_mode.change(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),
+                          js=GROUPS_ONLY_JS, show_progress="hidden", api_visibility="private")
         probe_pick.input(picked_probes, [run_select, probe_pick], probes_panel, show_progress="hidden")
         run_select.change(lambda: "latest", None, probe_pick)
         refresh_btn.click(refresh_runs, run_select, [run_select, table, compare, action_run])

@@ -12,6 +12,7 @@ from pipeline.rewards.advantages import STD_EPS, group_stats
 from pipeline.training.health import health_warnings
 from ui.charts import _finite, monitor_label
 from ui.probes_view import _score, _task_key
+from ui import token_views
 
 
 def _fmt_seconds(s) -> str:
@@ -125,14 +126,20 @@ def advantage_formula(record: dict, mean: float, std: float) -> str:
     return f"A = (total − mean) / (std + {STD_EPS:g}) &nbsp; mean = {mean:.3f}, std = {std if _finite(std) else 0:.3f}"
 
 
-def groups_html(record: dict | None) -> str:
-    """Each prompt's G completions sorted by advantage, with per-reward scores and the formula's numbers."""
+def groups_html(record: dict | None, tokens: dict | None = None, mode: str = token_views.TEXT) -> str:
+    """Each prompt's G completions sorted by advantage, with per-reward scores and the formula's numbers; in a
+    shaded mode (ui/token_views.py) each completion token by token, from the step's token record `tokens`."""
     if not record:
         return ("<div class='gs-empty'>The group inspector fills in after the first step: for each prompt, "
                 "its G completions, their rewards, and the advantage GRPO gave each one.</div>")
     out = [f"<div class='gs-groups' data-step='{record['step']}'>"]
+    token_groups = (tokens or {}).get("groups") if mode in token_views.SCALES else None
+    if mode in token_views.SCALES:
+        out.append(token_views.legend_html(mode) if token_groups else token_views.missing_note(mode, record["step"]))
     for gi, group in enumerate(record.get("groups", []), 1):
         items = group["completions"]
+        entries = token_groups[gi - 1] if token_groups and gi - 1 < len(token_groups) else []
+        items = [{**c, "tokens": entries[i] if i < len(entries) else None} for i, c in enumerate(items)]
         totals = [c.get("total") for c in items]
         mean, std = group_stats(totals)
         names = list(items[0]["rewards"]) if items else []
@@ -151,10 +158,17 @@ def groups_html(record: dict | None) -> str:
             cells = "".join(f"<td>{_score(c['rewards'][n])}</td>" for n in names)
             total = _score(c.get("total"))
             out.append(f"<tr class='gs-{cls}'><td class='gs-adv'>{adv:+.2f}</td><td>{_adv_bar(adv, scale)}</td>"
-                       f"<td>{total}</td>{cells}<td class='gs-text'>{html.escape(c['completion'])}</td></tr>")
+                       f"<td>{total}</td>{cells}<td class='gs-text'>{_completion_cell(c, mode)}</td></tr>")
         out.append("</table></details>")
     out.append("</div>")
     return "".join(out)
+
+
+def _completion_cell(item: dict, mode: str) -> str:
+    """A completion as escaped text, or token by token when the mode is shaded and its record is there."""
+    if mode in token_views.SCALES and isinstance(item.get("tokens"), dict):
+        return f"<span class='gs-tokens'>{token_views.token_spans(item['tokens'], mode)}</span>"
+    return html.escape(item["completion"])
 
 
 def bench_table(per_reward: dict[str, list], totals: list, advantages: list[float]) -> pd.DataFrame:

@@ -29,6 +29,8 @@ SHOWN_PARTS = {
     # the charts and the health panel (its held-out trend reads the probes); each steered change is a marker
     "charts": (run_files.CONFIG, run_files.LAUNCHES, run_files.METRICS, run_files.EVALS, run_files.STEERING),
     "groups": (run_files.GROUPS,),
+    # the group inspector's token view: redrawn from it only while the inspector shows tokens (ui/live_view.py)
+    "tokens": (run_files.TOKENS,),
     "probes": (run_files.CONFIG, run_files.LAUNCHES, run_files.EVALS, run_files.STEERING),
     "log": (LOG_FILE,),
     # the steer panel (ui/steer_panel.py, its own view): the values in force, the requests and their answers

@@ -20,6 +20,7 @@ STDOUT_LOG = "stdout.log"  # the launched trainer's stdout and stderr
 TRAIN_LOG = "train.log"  # the trainer's own log
 METRICS = "metrics.jsonl"  # one line per step
 GROUPS = "groups.jsonl"  # per step, each prompt's group of completions
+TOKENS = "tokens.jsonl"  # per step, each completion of the groups token by token: log-prob and entropy
 EVALS = "evals.jsonl"  # one line per held-out probe
 EVAL_PROMPTS = "eval_prompts.json"  # the held-out prompts
 STEER_REQUESTS = "steer_requests.jsonl"  # changes asked for while it trains (the app, the steer CLI, a user)

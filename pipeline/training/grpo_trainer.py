@@ -16,6 +16,7 @@ from pipeline.models import engine
 from pipeline.run_folder import run_files, runs
 from pipeline.rewards.advantages import group_stats, zero_std_share
 from pipeline.run_folder.jsonio import json_number as _clean  # finite float or None: what metrics lines may hold
+from pipeline.training.token_capture import with_token_capture
 
 
 log = logging.getLogger("grpo_studio.train")
@@ -157,7 +158,8 @@ def make_trainer_class():
             return {"step": self.state.global_step, "weights": self.studio_weights,
                     "scale_rewards": self.scale_rewards, "groups": groups}
 
-    return StudioGRPOTrainer
+    # The token view's record (tokens.jsonl) is read from the loss pass of this class's hooks.
+    return with_token_capture(StudioGRPOTrainer)
 
 
 def hide_monitors_of_unscored(rewards_per_func, weights):

@@ -38,8 +38,8 @@ def test_no_event_while_nothing_changes_and_a_redraw_when_a_step_lands(page, app
         if "/queue/join" in request.url:
             events.append(request.url)
             data = (request.post_data_json or {}).get("data") or []
-            if len(data) == 5 and isinstance(data[4], str):  # the live view's Refresh: its last input, the parts
-                redraws.append(set(data[4].split()))
+            if len(data) == 6 and isinstance(data[5], str):  # the live view's Refresh: its last input, the parts
+                redraws.append(set(data[5].split()))
         elif "/run/live_stamps" in request.url:
             polls.append(request.url)
 

@@ -41,9 +41,9 @@ def test_fields_typed_right_after_opening_keep_their_value(browser):
             first = page.get_by_label("Field 0", exact=True)
             first.fill("6")
             first.press("Tab")
-            page.wait_for_timeout(700)
+            page.wait_for_timeout(400)
             page.locator("#go").click()
-            page.wait_for_timeout(700)
+            page.wait_for_timeout(400)
             if first.input_value() != "6" or not submitted or submitted[-1][0] != 6:
                 lost.append(attempt)
             page.close()

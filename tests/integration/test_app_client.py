@@ -184,7 +184,7 @@ def test_a_run_deleted_while_its_page_is_open(client):
                for _ in range(2)]
     stamps = [body["data"][0] for status, body in answers if status == 200]
     assert len(stamps) == 2 and stamps[0] == stamps[1] and "gone" in stamps[0]["progress"], answers
-    progress, *_ = client.predict(run_dir.name, 0, "latest", None, "", api_name="/refresh")
+    progress, *_ = client.predict(run_dir.name, 0, "latest", None, "Text", "", api_name="/refresh")
     assert progress == {"props": {"__type__": "update"}, "__type__": "update"}
     _, table, *_ = client.predict(None, api_name="/refresh_runs")
     assert run_dir.name not in [row[0] for row in table["data"]]

@@ -167,12 +167,12 @@ def test_a_hanging_reward_is_named_and_leaves_no_process(tiny_model_dir, policy)
     assert "Ended 1 process(es) the run left behind: sleep" in (run_dir / "train.log").read_text()
 
 
-def test_a_full_disk_during_a_checkpoint_save_fails_in_plain_words_and_resumes(bundled_model_dir):
+def test_a_full_disk_during_a_checkpoint_save_fails_in_plain_words_and_resumes(tiny_model_dir):
     """The trainer's file-size limit is lowered (RLIMIT_FSIZE, as a full disk or a quota would stop it)
-    once its first checkpoint is complete: the next save can't write its 10 MB adapter file."""
+    once its first checkpoint is complete: the next save can't write its 3.5 MB tokenizer file."""
     import resource
 
-    run_dir = make_run("diskfull", max_steps=30, save_steps=1, max_completion_length=8, probe_every=0)
+    run_dir = make_run("diskfull", model=str(tiny_model_dir), max_steps=300, save_steps=1, max_completion_length=8, probe_every=0)
     proc = start(run_dir)
     wait_for(lambda: runs.last_complete_checkpoint(run_dir), 300, "a complete checkpoint", proc)
     limit = 2 * 2**20  # the run's jsonl files and log stay far below this for a few steps

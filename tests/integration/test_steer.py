@@ -34,8 +34,8 @@ def used(spy_log, step):
     return seen
 
 
-def test_steered_values_apply_from_the_next_step_and_survive_a_kill_and_resume(bundled_model_dir, tmp_path):
-    run_dir = make_run("steer", max_steps=3, save_steps=2, lr_scheduler="constant", learning_rate=3e-4,
+def test_steered_values_apply_from_the_next_step_and_survive_a_kill_and_resume(tiny_model_dir, tmp_path):
+    run_dir = make_run("steer", model=str(tiny_model_dir), max_steps=3, save_steps=2, lr_scheduler="constant", learning_rate=3e-4,
                        temperature=1.0, beta=0.04)
     spy_log = tmp_path / "spy.jsonl"
     names = [spec.name for spec in RunConfig().rewards]  # length_target, token_diversity, post_similarity

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from pipeline.run_folder import runs
+from pipeline.run_folder import runs, token_log
 
 from .helpers import status
 
@@ -51,6 +51,11 @@ def test_two_cpu_ranks_train_then_stop_reaches_every_rank_and_the_next_run_start
     steps = runs.read_groups(run_dir)
     assert steps and all(len(step["groups"]) == 2 for step in steps), [len(s["groups"]) for s in steps]
     assert [r["step"] for r in runs.read_metrics(run_dir)] == list(range(1, st["step"] + 1))
+    # The token view's record of each step holds both ranks' completions, in the groups' order.
+    for step in steps:
+        entries = [e for group in token_log.read_step(run_dir, step["step"])["groups"] for e in group]
+        texts = ["".join(t for k, t in enumerate(e["tokens"]) if k not in e.get("special", [])) for e in entries]
+        assert texts == [c["completion"] for group in step["groups"] for c in group["completions"]]
 
     nxt = runner.start("train", cfg=RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 1}),
                        label="after-stop")

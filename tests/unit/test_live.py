@@ -123,7 +123,8 @@ def comparable(value):
 def draw_everything(shown, action) -> dict:
     from ui import live_view
 
-    return {name: comparable(v) for name, v in live_view.live_view(shown, 0, "latest", action, live_view.ALL_PARTS).items()}
+    drawn = live_view.live_view(shown, 0, "latest", action, parts=live_view.ALL_PARTS)
+    return {name: comparable(v) for name, v in drawn.items()}
 
 
 @pytest.mark.parametrize("shown", ["drawn", None, "gone-run", "bad" + chr(0) + "name"])
@@ -136,10 +137,26 @@ def test_the_refresh_draws_the_outputs_of_the_parts_it_is_given_and_no_other(sho
     append(run_dir / "metrics.jsonl", {"step": 1, "reward": 1.0})
     append(run_dir / "groups.jsonl", {"step": 1, "groups": []})
     for part, outputs in live_view.PART_OUTPUTS.items():
-        assert set(live_view.live_view(shown, 0, "latest", run_dir.name, part)) == set(outputs), part
-    assert live_view.live_view(shown, 0, "latest", run_dir.name, "") == {}  # nothing moved: nothing is sent
-    everything = live_view.live_view(shown, 0, "latest", run_dir.name, live_view.ALL_PARTS)
+        # The token record is drawn only while the group inspector shows tokens.
+        mode = "Log-prob" if part == "tokens" else "Text"
+        assert set(live_view.live_view(shown, 0, "latest", run_dir.name, mode, part)) == set(outputs), part
+    assert live_view.live_view(shown, 0, "latest", run_dir.name, "Text", "tokens") == {}
+    assert live_view.live_view(shown, 0, "latest", run_dir.name, parts="") == {}  # nothing moved: nothing is sent
+    everything = live_view.live_view(shown, 0, "latest", run_dir.name, parts=live_view.ALL_PARTS)
     assert set(everything) == {name for names in live_view.PART_OUTPUTS.values() for name in names}
+
+
+def test_a_new_token_line_redraws_the_groups_with_their_tokens_only_while_the_inspector_shows_tokens():
+    from pipeline.run_folder import token_log
+    from ui import live_view
+
+    run_dir = make_running_run("tokens")
+    append(run_dir / "groups.jsonl", {"step": 1, "weights": {}, "groups": [
+        {"prompt": "p", "completions": [{"completion": " a", "rewards": {}, "total": 1.0, "advantage": 0.0}]}]})
+    token_log.append_step(run_dir, 1, [[token_log.completion_entry([" a"], [-1.5], [0.5])]])
+    assert live_view.live_view(run_dir.name, 0, "latest", None, "Text", "tokens") == {}
+    drawn = live_view.live_view(run_dir.name, 0, "latest", None, "Log-prob", "tokens")
+    assert set(drawn) == {"groups"} and "log-prob -1.5000" in drawn["groups"]
 
 
 def test_every_output_that_changes_is_in_a_part_whose_stamp_moved():
@@ -154,6 +171,7 @@ def test_every_output_that_changes_is_in_a_part_whose_stamp_moved():
         "its groups": lambda: append(shown / "groups.jsonl", {"step": 1, "weights": {}, "groups": [
             {"prompt": "p", "completions": [{"completion": "a", "rewards": {}, "total": 1.0, "advantage": 0.7}]}]}),
         "a probe": lambda: append(shown / "evals.jsonl", {"step": 0, "reward": 0.5, "samples": []}),
+        "its tokens": lambda: append(shown / "tokens.jsonl", {"step": 1, "groups": [[None]]}),
         "log lines": lambda: (shown / "train.log").write_text("step 1\nstep 2\n"),
         "a longer run": lambda: runs.record_launch(shown, True, 1, {"max_steps": 20}, []),
         "a steered change": lambda: append(shown / "steering.jsonl", {"id": "x", "step": 1, "time": 0.0,
@@ -177,5 +195,6 @@ def test_every_output_that_changes_is_in_a_part_whose_stamp_moved():
         changed = {name for name in new_view if new_view[name] != view[name]}
         stale = changed - {name for part in moved for name in live_view.PART_OUTPUTS[part]}
         assert not stale, f"{what}: {sorted(stale)} changed, but no stamp of theirs moved (moved: {sorted(moved)})"
-        redrawn = live_view.live_view(shown.name, 0, "latest", action.name, " ".join(moved))
-        assert set(redrawn) == {name for part in moved for name in live_view.PART_OUTPUTS[part]}, what
+        redrawn = live_view.live_view(shown.name, 0, "latest", action.name, parts=" ".join(moved))
+        drawn = moved - {"tokens"}  # the view shows text: the token record is not drawn (a shaded mode: above)
+        assert set(redrawn) == {name for part in drawn for name in live_view.PART_OUTPUTS[part]}, what
