@@ -118,6 +118,7 @@ def build(ctx: TabContext) -> Tab:
                 with gr.Row():
                     run_select = gr.Dropdown(label="Run", choices=[], scale=4, elem_id="run-select")
                     stop_btn = gr.Button("Stop", variant="stop", scale=1, elem_id="stop-btn")
+                stop_message = gr.Markdown(elem_id="stop-message")  # beside the button that asked, not under Start
                 progress_box = gr.HTML(views.progress_html(None, {}, [], None), elem_id="progress")
                 health = gr.HTML(elem_id="health")
                 steer = steer_panel.build()  # the run on screen's weights, temperature, learning rate and beta
@@ -209,7 +210,7 @@ def build(ctx: TabContext) -> Tab:
         start_btn.click(start_training, [allow, nproc], [run_select, message], inputs_kwargs=form,
                         concurrency_limit=1, concurrency_id="start").then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
-        stop_btn.click(stop_training, [run_select, ops], message)
+        stop_btn.click(stop_training, [run_select, ops], stop_message)
         # A step picked in the group inspector redraws the groups. Through the API (/refresh) it is the live view's
         # Refresh, every part unless told which.
         group_step.release(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),

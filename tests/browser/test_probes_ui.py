@@ -76,7 +76,7 @@ def test_probes_show_step_0_then_a_later_step_with_format_compliance_and_the_ste
     expect(panel).not_to_have_attribute("data-step", "0", timeout=30_000)
 
     page.locator("#stop-btn").click()
-    expect(page.locator("#train-message")).to_contain_text("Stop requested", timeout=30_000)
+    expect(page.locator("#stop-message")).to_contain_text("Stop requested", timeout=30_000)
     expect(page.locator("#progress [data-state=stopped]")).to_be_visible(timeout=600_000)
     # The step it stopped on was probed too ("end"), unless it was already a probe step.
     expect(panel).to_contain_text("· end", timeout=30_000)

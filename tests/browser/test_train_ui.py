@@ -55,7 +55,7 @@ def test_start_watch_stop_reload_and_resume(page, app_url):
 
     # Stop from the UI: the run ends as "stopped" after the current step, with its adapter saved.
     page.locator("#stop-btn").click()
-    expect(page.locator("#train-message")).to_contain_text("Stop requested", timeout=30_000)
+    expect(page.locator("#stop-message")).to_contain_text("Stop requested", timeout=30_000)
     expect(page.locator("#progress [data-state=stopped]")).to_be_visible(timeout=600_000)
     assert (runs.runs_dir() / run_name / "adapter" / "adapter_config.json").exists()
     shot(page, "train-03-stopped")
@@ -116,7 +116,7 @@ def test_second_start_while_training_is_refused(page, app_url):
         expect(page.locator("#train-message")).to_contain_text("still training", timeout=30_000)
         assert len(list(runs.iter_run_dirs())) == before
         page.locator("#stop-btn").click()
-        expect(page.locator("#train-message")).to_contain_text("Stop requested", timeout=30_000)
+        expect(page.locator("#stop-message")).to_contain_text("Stop requested", timeout=30_000)
         shot(page, "train-06-refused-and-stopped")
     finally:
         runner.stop("train", busy, grace_s=120)
