@@ -88,7 +88,7 @@ def main() -> int:
     ap.add_argument("--preset", default="default",
                     help=f"a preset: {', '.join(PRESET_ALIASES)} or a full name ({'; '.join(PRESETS)})")
     ap.add_argument("--eval-limit", type=int, default=32, help="held-out prompts to evaluate (the movies preset "
-                    "holds out 49: use --eval-limit 49)")
+                    "holds out 50: use --eval-limit 49)")
     ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
                     help="try a variant, e.g. --set learning_rate=5e-4 max_steps=18")
     a = ap.parse_args()

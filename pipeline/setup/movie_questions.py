@@ -14,9 +14,11 @@ import re
 from pipeline.rewards.text import names_title, normalise_title
 
 QUESTION_PREFIX = "Which film is this: "
-# Plot characters per film in the training prompts: five films and a question stay near 300 tokens, which
-# keeps a step short on a CPU. The answer prompt is otherwise the RAG tab's own (retrieval/rag.py).
-PROMPT_PLOT_CHARS = 200
+# Plot characters per film and films per prompt: three films of 120 characters and the question stay near 250
+# tokens, so a step costs about what a default-run step does on a CPU. The answer prompt is otherwise the
+# RAG tab's own (retrieval/rag.py); the RAG tab answers like the training prompts when its top-k is 3 too.
+PROMPT_PLOT_CHARS = 120
+PROMPT_TOP_K = 3
 MIN_WORDS = 8  # a question shorter than this (after the names are out) says too little to pick a film
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'A-Z])")

@@ -10,7 +10,7 @@ import pytest
 from pipeline.setup.config import RunConfig
 from pipeline.setup.presets import PRESETS, apply_preset
 from pipeline.setup.data import load_dataset_split, movie_rows, split_rows
-from pipeline.setup.movie_questions import QUESTION_PREFIX, question_for
+from pipeline.setup.movie_questions import PROMPT_TOP_K, QUESTION_PREFIX, question_for
 from pipeline.rewards import FilmCitation, MovieTitle, reward_registry
 from pipeline.rewards.text import names_title, normalise_title
 from pipeline.training.task_metrics import movie_metrics, task_metrics
@@ -36,21 +36,23 @@ def test_no_bundled_question_names_its_film():
 
 def test_builder_takes_names_and_title_words_out():
     question = question_for("The Birds", "In Bodega Bay, socialite Melanie Daniels is attacked by birds while "
-                            "she courts a lawyer named Mitch Brenner in his seaside town.")
+                            "she courts a lawyer named Mitch Brenner in his seaside town.", plot_chars=200)
     assert question.startswith(QUESTION_PREFIX)
     assert not re.search(r"bodega|melanie|daniels|mitch|brenner|\bbirds\b", question, re.I), question
     assert "courts a lawyer" in question
 
 
 def test_rows_hold_the_rag_prompt_with_the_films_shuffled():
-    assert len(ROWS) >= 300 and len({r["film_id"] for r in ROWS}) == len(ROWS)
+    assert len(ROWS) >= 200 and len({r["film_id"] for r in ROWS}) == len(ROWS)
     for row in ROWS[:20]:
         user = row["prompt"][-1]["content"]
         assert row["question"] in user and "citing the films you use by number" in user
         assert all(f"[{i}] {t} (" in user for i, t in enumerate(row["candidates"], 1))
         assert row["retrieved"] == (row["answer"] in row["candidates"])
+    assert {len(r["candidates"]) for r in ROWS} == {PROMPT_TOP_K}
     positions = [r["candidates"].index(r["answer"]) for r in ROWS if r["retrieved"]]
-    assert max(positions.count(p) for p in range(5)) < 0.3 * len(positions)  # position gives nothing away
+    fair = len(positions) / PROMPT_TOP_K  # position gives nothing away: no slot far above its fair share
+    assert max(positions.count(p) for p in range(PROMPT_TOP_K)) < 1.3 * fair
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 42])
