@@ -170,7 +170,7 @@ def one_run(view: str, steps: int, data: Path, env: dict, browser, steer_at: int
     from tests.integration.helpers import start_inputs
 
     app, url = start_app(env, data / "app.log")
-    page = cdp = None
+    page = cdp = trainer = None
     try:
         runs.runs_dir().mkdir(parents=True, exist_ok=True)
         before_runs = set(runs.iter_run_dirs())
@@ -185,7 +185,7 @@ def one_run(view: str, steps: int, data: Path, env: dict, browser, steer_at: int
             page.wait_for_selector("#train-message:has-text('Started')", timeout=60_000)
             run_dir = next(iter(set(runs.iter_run_dirs()) - before_runs))
             if view == "tokens":
-                page.locator("#token-mode").get_by_text("Log-prob").click()
+                page.locator("#token-mode").get_by_text("Log-prob", exact=True).click()
         else:
             client = Client(url, verbose=False)
             cfg = RunConfig(max_steps=steps)  # the default: Quick CPU demo, seed 42
@@ -231,6 +231,8 @@ def one_run(view: str, steps: int, data: Path, env: dict, browser, steer_at: int
     finally:
         app.terminate()
         app.wait(timeout=30)
+        if trainer is not None and trainer.is_running():  # a bench that failed must not leave a run training
+            os.killpg(trainer.pid, 9)
 
 
 def real_runs(args) -> dict:
