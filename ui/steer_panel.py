@@ -41,7 +41,7 @@ def build() -> dict[str, Any]:
         parts["steer_answers"] = gr.Markdown(elem_id="steer-answers")
         with gr.Accordion("Fixed for the whole run, and why", open=False):
             parts["steer_fixed"] = gr.Markdown(steer_view.fixed_markdown(None), elem_id="steer-fixed")
-        with gr.Accordion("Show command: steer from a terminal, settings in force", open=False):
+        with gr.Accordion("Settings in force, and steering from a terminal", open=False):
             parts["steer_command"] = gr.Code(language="shell", lines=6, elem_id="steer-command")
         parts["steer_shown"] = gr.State({})  # the values the fields were filled with: Apply sends what differs
     parts["steer_refresh"] = gr.Button("Refresh the steer panel", elem_id=REFRESH_ID, elem_classes=["gs-hidden"])
