@@ -8,14 +8,27 @@ from pipeline.rewards.guard import GuardedReward
 from pipeline.rewards.registry import reward_registry
 
 
+def metric_names(specs) -> list[str]:
+    """Each reward's unique name, its metric key: a reward used again gets _2, _3.
+
+    >>> from types import SimpleNamespace as Spec
+    >>> metric_names([Spec(name="a"), Spec(name="b"), Spec(name="a")])
+    ['a', 'b', 'a_2']
+    """
+    seen: dict[str, int] = {}
+    names = []
+    for spec in specs:
+        seen[spec.name] = seen.get(spec.name, 0) + 1
+        names.append(spec.name if seen[spec.name] == 1 else f"{spec.name}_{seen[spec.name]}")
+    return names
+
+
 def build_rewards(specs, policy: str = "fail", allow_custom: bool = False,
                   on_warning: Callable[[str], None] | None = None,
                   timeout_s: float | None = None) -> tuple[list[GuardedReward], list[float]]:
     """Guarded reward callables and their weights, with unique names (metric keys)."""
-    funcs, weights, seen = [], [], {}
-    for spec in specs:
-        seen[spec.name] = seen.get(spec.name, 0) + 1
-        name = spec.name if seen[spec.name] == 1 else f"{spec.name}_{seen[spec.name]}"
+    funcs, weights = [], []
+    for spec, name in zip(specs, metric_names(specs)):
         fn = reward_registry.build(spec, allow_custom=allow_custom, name=name)
         funcs.append(GuardedReward(fn, policy=policy, on_warning=on_warning, timeout_s=timeout_s))
         weights.append(float(spec.weight))

@@ -26,6 +26,7 @@ from typing import Any
 from pipeline.run_folder import run_files, runs
 from pipeline.setup.config import ConfigError, RunConfig
 from pipeline.run_folder.jsonio import append_jsonl, read_jsonl
+from pipeline.rewards.scoring import metric_names
 
 # What may change mid-run, besides each reward's weight ("weight/<reward name>").
 STEERABLE = ("learning_rate", "temperature", "beta")
@@ -94,12 +95,7 @@ def reward_names(cfg: RunConfig) -> list[str]:
     >>> reward_names(RunConfig(rewards=[RewardSpec("a"), RewardSpec("b"), RewardSpec("a")]))
     ['a', 'b', 'a_2']
     """
-    seen: dict[str, int] = {}
-    names = []
-    for spec in cfg.rewards:
-        seen[spec.name] = seen.get(spec.name, 0) + 1
-        names.append(spec.name if seen[spec.name] == 1 else f"{spec.name}_{seen[spec.name]}")
-    return names
+    return metric_names(cfg.rewards)
 
 
 def flatten(changes: Any) -> dict[str, Any]:

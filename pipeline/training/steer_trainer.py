@@ -1,5 +1,5 @@
 """The trainer's side of steering: at each step boundary rank 0 reads new change requests, checks them
-(pipeline/steer.py), records them, and every rank applies the same values to what TRL uses before the
+(pipeline/setup/steering.py), records them, and every rank applies the same values to what TRL uses before the
 step runs. On a start or resume, the recorded changes are applied before the first step.
 torch and transformers are imported inside the functions that need them.
 """
