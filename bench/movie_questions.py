@@ -52,7 +52,7 @@ def main() -> int:
     filters = SearchFilters.parse(top_k=a.top_k)
     rows, positions = [], Counter()
     for film in films:
-        question = question_for(film.title, film.plot, film.director, plot_chars=a.plot_chars)
+        question = question_for(film.title, film.plot, film.director, plot_chars=a.plot_chars, year=film.release_year)
         if question is None:
             continue
         hits = search(store.table(), question, filters, mode, chunks=chunks)

@@ -25,12 +25,15 @@ from ui.runs_panel import free_gpu_for_training, run_names
 from ui.tab import acting
 
 
-# The "All settings" accordion is built open, so Gradio mounts its fields with the page, and folded once the
-# page has loaded; until then studio.css keeps its content hidden. Built closed, a field typed into while
-# the page was still loading was set back to its initial value (2 of 6 tries in a probe).
+# The "All settings" accordion and the "Steer this run" panel are built open, so Gradio mounts their fields with
+# the page, and folded once the page has loaded; until then studio.css keeps their content hidden. Built closed, a
+# field typed into while the page was still loading was set back to its initial value (2 of 6 tries in a probe).
+# Folded, the steer panel leaves the charts in view under the run header.
 CLOSE_SETTINGS_JS = """() => {
-  const header = document.querySelector('#all-settings button.label-wrap');
-  if (header && header.classList.contains('open')) header.click();
+  for (const id of ['all-settings', 'steer-panel']) {
+    const header = document.querySelector('#' + id + ' button.label-wrap');
+    if (header && header.classList.contains('open')) header.click();
+  }
   document.body.classList.add('gs-settings-ready');
 }"""
 

@@ -103,22 +103,31 @@ class FilmCitation:
     "film 2" or "#2", with the number in range (the row's `candidates` count them; 5 without them). 0.5
     when it cites more than one film, 0.0 when it cites none or a number that isn't there.
 
+    With `right_film`, only a citation of the film the question is about counts (the row's `answer` among its
+    `candidates`): citing the plot the answer should come from, not any plot.
+
     >>> FilmCitation()(["Psycho [1].", "Films [1] and [2].", "Psycho.", "See [9]"], candidates=[["a", "b", "c"]] * 4)
     [1.0, 0.5, 0.0, 0.0]
+    >>> FilmCitation(right_film=True)(["[1]", "[2]", "[1] and [2]"], answer=["b"] * 3, candidates=[["a", "b", "c"]] * 3)
+    [0.0, 1.0, 0.5]
     """
 
     max_value = 1.0
 
-    def __init__(self, name: str = "film_citation"):
-        self.__name__ = name
+    def __init__(self, right_film: bool = False, name: str = "film_citation"):
+        self.right_film, self.__name__ = bool(right_film), name
 
     def __call__(self, completions, **kwargs) -> list[float]:
         options = kwargs.get("candidates") or [None] * len(completions)
+        answers = kwargs.get("answer") or [None] * len(completions)
         out = []
-        for c, candidates in zip(completions, options):
+        for c, candidates, answer in zip(completions, options, answers):
             count = len(candidates) if candidates else 5
             cited = {int(a or b) for a, b in FILM_CITATION.findall(completion_text(c))}
             if not cited or any(not 1 <= n <= count for n in cited):
+                out.append(0.0)
+            elif self.right_film and (not candidates or answer not in candidates
+                                      or candidates.index(answer) + 1 not in cited):
                 out.append(0.0)
             else:
                 out.append(1.0 if len(cited) == 1 else 0.5)

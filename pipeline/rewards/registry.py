@@ -166,7 +166,9 @@ reward_registry.register(RewardDef(
     "film it was given.", needs_answer=True))
 reward_registry.register(RewardDef(
     "film_citation", FilmCitation,
-    "1 if the answer cites one of the numbered films it was given, like [2]; 0.5 for several; 0 for none."))
+    "1 if the answer cites one of the numbered films it was given, like [2]; 0.5 for several; 0 for none.",
+    {"right_film": Param(bool, "Count only a citation of the film the question is about (needs the dataset's "
+                               "answer and candidates, as Movie questions has).")}))
 reward_registry.register(RewardDef(
     "keyword_presence", KeywordPresence, "Reward (or penalize) completions matching a regex.",
     {"pattern": Param(str, "Regular expression to look for."),

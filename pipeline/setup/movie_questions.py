@@ -2,8 +2,8 @@
 prompt set (assets/prompts/movies.jsonl, built by bench/movie_questions.py).
 
 A question is one sentence of the film's plot, from the part of the plot the answer prompt shows, with the
-film's title words and the plot's names taken out ("Which film is this: a young man recounts how a sinister
-showman arrived at the fair ..."). Pure Python: the retrieval that puts plots beside each question is done
+film's title words and the plot's names taken out, and the film's year ("Which film from 1920 is this: a young man
+recounts how a sinister showman arrived at the fair ..."). Pure Python: the retrieval that puts plots beside each question is done
 once, offline, by the build script.
 """
 
@@ -13,7 +13,10 @@ import re
 
 from pipeline.rewards.text import names_title, normalise_title
 
-QUESTION_PREFIX = "Which film is this: "
+QUESTION_PREFIX = "Which film "
+# The year gives the model a second clue it can check against the numbered list ("(1921, Comedy, ...)"): with it, the
+# bundled model picks the right film more often before training, so GRPO's groups hold right and wrong answers to
+# learn from (bench/results/learning-movies-trials-2026-11-25.txt).
 # Plot characters per film and films per prompt: three films of 120 characters and the question stay near 250
 # tokens, so a step costs about what a default-run step does on a CPU. The answer prompt is otherwise the
 # RAG tab's own (retrieval/rag.py); the RAG tab answers like the training prompts when its top-k is 3 too.
@@ -87,14 +90,17 @@ def _masked(sentence: str, hidden: set[str], first_is_name: bool = False, stems:
     return re.sub(r"\s+([,.;:!?])", r"\1", re.sub(r"\s{2,}", " ", text)).strip()
 
 
-def question_for(title: str, plot: str, director: str = "", plot_chars: int = PROMPT_PLOT_CHARS) -> str | None:
+def question_for(title: str, plot: str, director: str = "", plot_chars: int = PROMPT_PLOT_CHARS,
+                 year: int | None = None) -> str | None:
     """A question describing the film without naming it: the sentence of the plot's shown part (its first
     `plot_chars` characters) that keeps the most words once the names are out. None when no sentence keeps
-    `MIN_WORDS` words.
+    `MIN_WORDS` words. With `year`, the question gives it ("Which film from 1960 is this: ...").
 
     >>> question_for("Psycho", "A clerk named Marion Crane steals money from her boss and flees to a remote "
     ...              "motel run by Norman Bates. Psycho things follow.")
     'Which film is this: a clerk steals money from her boss and flees to a remote motel run by someone.'
+    >>> question_for("Psycho", "A clerk named Marion Crane steals money from her boss.", year=1960)
+    'Which film from 1960 is this: a clerk steals money from her boss.'
     """
     hidden = plot_names(plot)
     hidden |= {normalise_title(w) for w in re.split(r"\s+", f"{title} {director}") if normalise_title(w)}
@@ -115,4 +121,5 @@ def question_for(title: str, plot: str, director: str = "", plot_chars: int = PR
             best, best_words = text, words
     if best is None:
         return None
-    return QUESTION_PREFIX + best[:1].lower() + best[1:]
+    asked = f"from {year} is this: " if year else "is this: "
+    return QUESTION_PREFIX + asked + best[:1].lower() + best[1:]

@@ -43,12 +43,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # Questions about the bundled films, each followed by the three plots the RAG tab's search ranks first for
     # it (answer with top-k 3 in the RAG tab too); the answer is the film's title (built by
-    # bench/movie_questions.py). Correctness dominates; the citation reward keeps the RAG tab's "[n]" habit.
-    # The set holds out at least 24% (50 films no training question is about; pipeline/setup/data.py). The
-    # sizes are the default run's: short prompts (~250 tokens) keep its step time.
+    # bench/movie_questions.py). Correctness dominates; the citation counts only when it names the right film's
+    # number, so citing whichever plot comes first earns nothing (with any citation rewarded, runs learned to
+    # copy line [1]). The set holds out at least 24% (50 films no training question is about;
+    # pipeline/setup/data.py). The sizes are the default run's: short prompts (~250 tokens) keep its step time.
     "Movie questions": {
         "dataset": DatasetSpec(source="movies"),
-        "rewards": [RewardSpec("movie_title", 2.0, {}), RewardSpec("film_citation", 0.5, {})],
+        "rewards": [RewardSpec("movie_title", 2.0, {}), RewardSpec("film_citation", 0.5, {"right_film": True})],
+        "learning_rate": 7e-4,  # 11 steps of 4 questions: 3e-4 moved accuracy within noise, 5e-4 learned on 2 seeds in 3, 1e-3 was unstable
         "max_completion_length": 24,  # "The Cabinet of Dr. Caligari [4]" is about 12 tokens
         "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
     },

@@ -58,15 +58,16 @@ def page(browser):
         runner.stop("train", active, grace_s=120)
 
 
-def open_settings(page, timeout_s: float = 60.0):
-    """Open the Train tab's "All settings" as a user would: click its header if it is closed, until the
-    fields show (a page still loading may not show them yet), and go on the moment they do."""
+def open_settings(page, timeout_s: float = 60.0, panel: str = "all-settings"):
+    """Open the Train tab's "All settings" (or another panel folded on page load, such as "steer-panel") as a
+    user would: click its header if it is closed, until the fields show (a page still loading may not show
+    them yet), and go on the moment they do."""
     import time
 
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    header = page.locator("#all-settings button.label-wrap")
-    content = page.locator("#all-settings [data-testid=accordion-content]")
+    header = page.locator(f"#{panel} button.label-wrap").first
+    content = page.locator(f"#{panel} [data-testid=accordion-content]").first
     deadline = time.time() + timeout_s
     while True:
         assert time.time() < deadline, "the settings never opened"

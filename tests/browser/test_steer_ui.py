@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 from pipeline.run_folder import runs
 from pipeline.setup import steering
 
-from .conftest import ARTIFACTS, LIGHT_RUN, fill_settings
+from .conftest import ARTIFACTS, LIGHT_RUN, fill_settings, open_settings
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -24,7 +24,10 @@ def test_a_weight_changed_mid_run_is_marked_and_used_from_the_next_step(page, ap
     run_name = page.locator("#run-select input").input_value()
     run_dir = runs.runs_dir() / run_name
 
-    # The panel is filled with the values in force while the run trains; fixed settings say why.
+    # The panel is folded under the run header until opened, and filled with the values in force while the run
+    # trains; fixed settings say why.
+    expect(page.locator("#steer-panel [data-testid=accordion-content]").first).to_be_hidden()
+    open_settings(page, panel="steer-panel")
     weight = page.get_by_label("weight: length_target", exact=True)
     expect(weight).to_have_value("1", timeout=60_000)
     expect(page.get_by_label("Temperature", exact=True).last).to_be_editable()

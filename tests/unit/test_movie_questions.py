@@ -30,7 +30,7 @@ def test_no_bundled_question_names_its_film():
     leaks = [(r["answer"], r["question"]) for r in ROWS if _leaks(r["question"], r["answer"])]
     assert not leaks
     for film in load_bundled():  # the builder itself, on every bundled film
-        question = question_for(film.title, film.plot, film.director)
+        question = question_for(film.title, film.plot, film.director, year=film.release_year)
         assert question is None or not _leaks(question, film.title), (film.title, question)
 
 
@@ -105,3 +105,17 @@ def test_metrics_accuracy_never_passes_recall():
     assert m["per_prompt"] == [1.0, 0.0, 0.0]  # Heat named, but its plot was never retrieved
     every = movie_metrics(ROWS, [r["answer"] for r in ROWS])
     assert every["accuracy"] == every["retrieval_recall"] <= 1.0
+
+
+def test_preset_credits_only_a_citation_of_the_right_film():
+    """Copying the first numbered line whatever the question earns no citation credit: only the right film's
+    number does (with any citation credited, runs learned to copy line [1])."""
+    cfg = apply_preset(RunConfig(), "Movie questions")
+    spec = next(r for r in cfg.rewards if r.name == "film_citation")
+    cite = reward_registry.build(spec)
+    row = next(r for r in ROWS if r["retrieved"] and r["candidates"].index(r["answer"]) > 0)
+    right = row["candidates"].index(row["answer"]) + 1
+    first = f"[1] {row['candidates'][0]}"
+    scores = cite([first, f"[{right}] {row['answer']}"], answer=[row["answer"]] * 2, candidates=[row["candidates"]] * 2)
+    assert scores == [0.0, 1.0]
+    assert all(q.startswith(QUESTION_PREFIX + "from ") for q in (r["question"] for r in ROWS))  # the year's clue
