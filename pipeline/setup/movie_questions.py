@@ -2,9 +2,9 @@
 prompt set (assets/prompts/movies.jsonl, built by bench/movie_questions.py).
 
 A question is one sentence of the film's plot, from the part of the plot the answer prompt shows, with the
-film's title words and the plot's names taken out, and the film's year ("Which film from 1920 is this: a young man
-recounts how a sinister showman arrived at the fair ..."). Pure Python: the retrieval that puts plots beside each question is done
-once, offline, by the build script.
+film's title words and the plot's names taken out, and the film's year ("Which film from 1920 is this: a young
+man recounts how a sinister showman arrived at the fair ..."). Pure Python: the retrieval that puts plots beside
+each question is done once, offline, by the build script.
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def question_for(title: str, plot: str, director: str = "", plot_chars: int = PR
     >>> question_for("Psycho", "A clerk named Marion Crane steals money from her boss and flees to a remote "
     ...              "motel run by Norman Bates. Psycho things follow.")
     'Which film is this: a clerk steals money from her boss and flees to a remote motel run by someone.'
-    >>> question_for("Psycho", "A clerk named Marion Crane steals money from her boss.", year=1960)
-    'Which film from 1960 is this: a clerk steals money from her boss.'
+    >>> question_for("Psycho", "A clerk named Marion Crane steals money from her boss and flees.", year=1960)
+    'Which film from 1960 is this: a clerk steals money from her boss and flees.'
     """
     hidden = plot_names(plot)
     hidden |= {normalise_title(w) for w in re.split(r"\s+", f"{title} {director}") if normalise_title(w)}

@@ -50,7 +50,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "Movie questions": {
         "dataset": DatasetSpec(source="movies"),
         "rewards": [RewardSpec("movie_title", 2.0, {}), RewardSpec("film_citation", 0.5, {"right_film": True})],
-        "learning_rate": 7e-4,  # 11 steps of 4 questions: 3e-4 moved accuracy within noise, 5e-4 learned on 2 seeds in 3, 1e-3 was unstable
+        # 11 steps of 4 questions: 3e-4 moved accuracy within noise, 5e-4 learned on 2 seeds in 3, 1e-3 was unstable
+        "learning_rate": 7e-4,
         "max_completion_length": 24,  # "The Cabinet of Dr. Caligari [4]" is about 12 tokens
         "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
     },
