@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.setup.config import BUNDLED_MODEL_ID, ConfigError, DatasetSpec, RewardSpec, RunConfig
-from pipeline.models.loading import BUNDLED_LABEL
+from pipeline.models.loading import BUNDLED_LABEL, CATALOG
 from pipeline.rewards import reward_registry
 
 SOURCES = {
@@ -171,7 +171,10 @@ def form_to_config(values: Mapping[str, Any], cls: type[RunConfig] = RunConfig) 
 def config_to_form(config: RunConfig, allow_custom: bool = False) -> dict[str, Any]:
     """The form's values for a config, keyed and ordered as `form_keys` (presets, the API's Start inputs)."""
     ds = config.dataset
-    values = {"model": config.model, "model_custom": "", "source": SOURCE_LABELS.get(ds.source, ds.source),
+    # The dropdown offers the catalog only: any other model (a local folder, a hub id) goes in the text box.
+    listed = config.model in {entry.id for entry in CATALOG}
+    values = {"model": config.model if listed else BUNDLED_MODEL_ID, "model_custom": "" if listed else config.model,
+              "source": SOURCE_LABELS.get(ds.source, ds.source),
               **{key: getattr(ds, key) for key in DATASET_KEYS if key != "source"},
               "rewards": reward_rows(config, allow_custom=allow_custom), "signal_prompts": list(config.signal_prompts)}
     values.update((f.name, getattr(config, f.name)) for f in form_fields(type(config)))

@@ -22,6 +22,7 @@ from pipeline.rewards import reward_registry
 from ui import uploads, views
 from ui.form import config_to_form, form_to_config, number_bounds
 from ui.runs_panel import free_gpu_for_training, run_names
+from ui.steer_panel import PANEL_ID as STEER_PANEL_ID
 from ui.tab import acting
 
 
@@ -29,18 +30,19 @@ from ui.tab import acting
 # the page, and folded once the page has loaded; until then studio.css keeps their content hidden. Built closed, a
 # field typed into while the page was still loading was set back to its initial value (2 of 6 tries in a probe).
 # Folded, the steer panel leaves the charts in view under the run header.
+SETTINGS_ID = "all-settings"
 CLOSE_SETTINGS_JS = """() => {
-  for (const id of ['all-settings', 'steer-panel']) {
+  for (const id of ['%s', '%s']) {
     const header = document.querySelector('#' + id + ' button.label-wrap');
     if (header && header.classList.contains('open')) header.click();
   }
   document.body.classList.add('gs-settings-ready');
-}"""
+}""" % (SETTINGS_ID, STEER_PANEL_ID)
 
 
 def settings_accordion() -> gr.Accordion:
     """The "All settings" accordion: built open, folded on page load (CLOSE_SETTINGS_JS)."""
-    return gr.Accordion("All settings", open=True, elem_id="all-settings")
+    return gr.Accordion("All settings", open=True, elem_id=SETTINGS_ID)
 UPLOAD_TYPES = [".csv", ".jsonl", ".json"]
 
 

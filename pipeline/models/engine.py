@@ -129,6 +129,29 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, t
     return logps, entropy
 
 
+def plain_head_logps(model, input_ids, attention_mask, logits_to_keep: int, temperature: float,
+                     compute_entropy: bool, batch_size: int):
+    """Per-token log-probs (and entropies) of the last `logits_to_keep` tokens, through the model as it is wrapped
+    (DDP, PEFT) and its own LM head, `batch_size` rows a forward. TRL scores with a chunked LM head instead; where
+    it has no Triton kernel (the CPU) that head runs as torch code several times slower than the plain one, for
+    the same numbers. Returns tensors shaped (rows, logits_to_keep), zero where the attention mask is 0.
+    """
+    import torch
+
+    lp_rows, ent_rows = [], []
+    for start in range(0, input_ids.size(0), batch_size):
+        ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+        # The output at position t predicts token t + 1: one more position than the completion.
+        logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=logits_to_keep + 1, use_cache=False).logits
+        targets, valid = ids[:, -logits_to_keep:], mask[:, -logits_to_keep:].bool()
+        for row in range(ids.size(0)):  # one row's log-softmax at a time keeps the peak to one (tokens, vocab) copy
+            log_all = torch.log_softmax(logits[row, :-1].float() / temperature, dim=-1)
+            lp_rows.append(log_all.gather(-1, targets[row, :, None]).squeeze(-1).masked_fill(~valid[row], 0.0))
+            if compute_entropy:
+                ent_rows.append((-(log_all.exp() * log_all).sum(-1)).masked_fill(~valid[row], 0.0))
+    return torch.stack(lp_rows), torch.stack(ent_rows) if compute_entropy else None
+
+
 def generate_shared_prefill(model, prompt_ids: list[list[int]], pad_token_id: int, generation_config):
     """`model.generate` for left-padded prompts in which each distinct prompt is pre-filled once.
 

@@ -103,6 +103,14 @@ def make_trainer_class():
                     logps, entropy = engine.shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep,
                                                                 self.temperature, compute_entropy)
                 return logps, entropy, None
+            if (self.accelerator.device.type == "cpu" and not compute_aux_loss
+                    and all(v is None for v in extra.values())):
+                # TRL's pass with the model's own LM head: its chunked head has no fast CPU version.
+                with self.accelerator.autocast():
+                    logps, entropy = engine.plain_head_logps(model, input_ids, attention_mask, logits_to_keep,
+                                                             self.temperature, compute_entropy,
+                                                             batch_size or input_ids.size(0))
+                return logps, entropy, None
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                 compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)

@@ -70,7 +70,7 @@ def open_settings(page, timeout_s: float = 60.0, panel: str = "all-settings"):
     content = page.locator(f"#{panel} [data-testid=accordion-content]").first
     deadline = time.time() + timeout_s
     while True:
-        assert time.time() < deadline, "the settings never opened"
+        assert time.time() < deadline, f"#{panel} never opened"
         if "open" not in (header.get_attribute("class") or "").split():
             header.click()
         try:

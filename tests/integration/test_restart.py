@@ -34,11 +34,13 @@ def process_alive(pid: int, create_time: float | None) -> bool:
         return False
 
 
-def test_app_killed_with_its_process_group_the_trainer_survives(bundled_model_dir, tmp_path):
+def test_app_killed_with_its_process_group_the_trainer_survives(tiny_model_dir, tmp_path):
     from gradio_client import Client
 
-    # Probes off and short completions: this test is about processes, and each step costs seconds on CPU.
-    cfg = RunConfig(**{**QUICK, "max_steps": 40, "max_completion_length": 16, "probe_every": 0})
+    # The two-layer model, typed as a local folder, probes off and short completions: this test is about
+    # processes. Its steps take a fraction of a second, so the run is planned far longer than the test lasts.
+    cfg = RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 5000, "save_steps": 10000, "max_completion_length": 16,
+                       "probe_every": 0})
     assert cfg.save_steps > cfg.max_steps  # so the only checkpoint is the one Stop writes
 
     # The first app leads its own process group, as `make run` does in a terminal.
@@ -53,7 +55,8 @@ def test_app_killed_with_its_process_group_the_trainer_survives(bundled_model_di
         picked, message = client.predict(*inputs, api_name="/start_training")
         assert "Started" in message, message
         run_dir = runs.runs_dir() / value_of(picked)
-        assert runs.read_json(run_dir / "config.json")["max_steps"] == 40  # the form's values reached the run
+        written = runs.read_json(run_dir / "config.json")
+        assert (written["max_steps"], written["model"]) == (5000, str(tiny_model_dir))  # the form reached the run
 
         wait_for(lambda: runs.read_metrics(run_dir) or runs.read_status(run_dir)["state"] not in runs.ACTIVE_STATES,
                  600, "the first step")

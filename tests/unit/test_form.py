@@ -97,6 +97,20 @@ def test_custom_model_overrides_dropdown():
     assert _form(model=None).model == BUNDLED_MODEL_ID
 
 
+def test_a_model_outside_the_catalog_goes_in_the_text_box_and_comes_back():
+    """The dropdown accepts its own choices only, so a local folder or an unlisted hub id is shown (and sent by the
+    API) in the text box beside it."""
+    from pipeline.models.loading import CATALOG
+
+    for model in ("/data/models/my-model", "someone/unlisted-model"):
+        values = config_to_form(RunConfig(model=model))
+        assert (values["model"], values["model_custom"]) == (BUNDLED_MODEL_ID, model)
+        assert form_to_config(values).model == model
+    listed = CATALOG[-1].id
+    assert (config_to_form(RunConfig(model=listed))["model"], config_to_form(RunConfig(model=listed))["model_custom"]) \
+        == (listed, "")
+
+
 def test_file_source_keeps_columns_and_other_sources_drop_them():
     cfg = _form(source="Upload CSV/JSONL", path="/data/uploads/x.csv", prompt_column="q",
                 answer_column="a", system_prompt="Be brief.")

@@ -129,6 +129,38 @@ def test_the_configs_temperature_reaches_the_engines_log_probs(tmp_path, monkeyp
     assert torch.allclose(fast_entropy[valid], trl_entropy[valid], atol=1e-4)
 
 
+def test_on_the_cpu_trls_pass_uses_the_plain_lm_head_with_the_same_values_and_gradients(tmp_path, monkeypatch):
+    """Where the engine does not apply (here: two processes), the CPU scores through the model's own LM head
+    instead of TRL's chunked one (several times slower there). Log-probs, entropies and the LoRA gradients they
+    give must be TRL's own, with the batch split into micro-batches as TRL splits it."""
+    from trl import GRPOTrainer
+
+    trainer = studio_trainer(tmp_path, temperature=0.7)
+    model = trainer.model
+    input_ids, mask, keep = batch()
+    valid = mask[:, -keep:].bool()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    lora = [p for name, p in model.named_parameters() if "lora_" in name]
+
+    def scored(score):
+        model.zero_grad()
+        logps, entropy, _ = score(model, input_ids, mask, keep, batch_size=4, compute_entropy=True)
+        ((logps * valid).sum() + (entropy * valid).sum()).backward()
+        return logps.detach(), entropy.detach(), [p.grad.clone() for p in lora]
+
+    calls, real = [], engine.plain_head_logps
+    monkeypatch.setattr(engine, "plain_head_logps", lambda *a, **k: (calls.append(a[-1]), real(*a, **k))[1])
+    ours = scored(trainer._get_per_token_logps_and_entropies)
+    trls = scored(lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k))
+    assert calls == [4]  # the plain head ran, in TRL's micro-batches
+    assert torch.allclose(ours[0][valid], trls[0][valid], atol=1e-5), (ours[0] - trls[0])[valid].abs().max()
+    assert torch.allclose(ours[1][valid], trls[1][valid], atol=1e-5), (ours[1] - trls[1])[valid].abs().max()
+    assert (ours[0][~valid] == 0).all() and (ours[1][~valid] == 0).all()
+    assert max(g.abs().max().item() for g in ours[2]) > 1e-3  # the gradients are not all zero
+    for mine, theirs in zip(ours[2], trls[2]):
+        assert torch.allclose(mine, theirs, atol=1e-5, rtol=1e-4), (mine - theirs).abs().max()
+
+
 def test_more_than_one_process_takes_trls_path(tmp_path, monkeypatch):
     """Under torchrun the model must be called through its DDP wrapper, or the ranks' gradients are never
     averaged (each rank would train its own adapter, silently). So with WORLD_SIZE > 1 the trainer neither
