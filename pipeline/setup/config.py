@@ -435,6 +435,11 @@ class RunConfig:
         if needs_answer and ds.source == "tldr":
             out.append(f"Reward(s) {', '.join(needs_answer)} need reference answers, which TL;DR has none of. "
                        "Use the Arithmetic set or a file with an answer column.")
+        if ds.source != "movies" and any(s.name == "film_citation" and s.params.get("right_film") is True
+                                         for s in self.rewards):
+            out.append("film_citation with right_film needs to know which numbered film each prompt is about, which "
+                       "only the Movie questions prompts say: on other prompts it would score 0 everywhere. Set "
+                       "right_film to false (any citation counts) or pick Movie questions.")
         return out
 
     def _signal_problems(self) -> list[str]:

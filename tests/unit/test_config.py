@@ -51,6 +51,15 @@ def test_validate_collects_every_problem():
         assert fragment in text
 
 
+def test_the_right_film_citation_needs_the_movie_questions_prompts():
+    """Elsewhere no prompt says which numbered film is the answer, so the reward would be 0 for every completion."""
+    right = RewardSpec("film_citation", 1.0, {"right_film": True})
+    problems = RunConfig(rewards=[right]).problems()
+    assert any("right_film" in p and "Movie questions" in p for p in problems), problems
+    assert RunConfig(rewards=[RewardSpec("film_citation", 1.0, {})]).problems() == []  # any citation: fine anywhere
+    assert RunConfig(dataset=DatasetSpec(source="movies"), rewards=[right]).problems() == []
+
+
 def test_answer_rewards_need_answers():
     cfg = RunConfig(rewards=[RewardSpec("numeric_tolerance")])
     assert any("TL;DR has none" in p for p in cfg.problems())
