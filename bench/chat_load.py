@@ -26,7 +26,7 @@ from pipeline.training.generate import is_error_reply  # noqa: E402
 MODEL = "bundled/SmolLM2-135M-Instruct"
 
 
-def one_chat(url: str, index: int, tokens: int, turns: int = 1) -> dict:
+def one_chat(url: str, index: int, tokens: int, turns: int = 1, model: str = MODEL, temperature: float = 0.0) -> dict:
     """One session of `turns` messages. The Chat tab keeps a conversation in the browser: each message is
     sent with the history the server returned last time, as the page does. Times the first streamed piece
     of each reply and its end, and checks after every turn that the history holds this session's own
@@ -47,7 +47,8 @@ def one_chat(url: str, index: int, tokens: int, turns: int = 1) -> dict:
                   f"{chr(65 + (index + turn) % 26)}.")
         start = time.perf_counter()
         starts.append(start)
-        job = client.submit(prompt, history, [], MODEL, MODEL, False, "", tokens, 0.0, 1.0, api_name="/respond")
+        job = client.submit(prompt, history, [], model, model, False, "", tokens, temperature, 1.0,
+                            api_name="/respond")
         first = None
         for update in job:
             last = update[0][-1] if update[0] else {}
@@ -75,9 +76,11 @@ def one_chat(url: str, index: int, tokens: int, turns: int = 1) -> dict:
             "problems": crossed + failed}
 
 
-def run_load(url: str, clients: int, tokens: int, turns: int = 1) -> list[dict]:
+def run_load(url: str, clients: int, tokens: int, turns: int = 1, model: str = MODEL,
+             temperature: float = 0.0) -> list[dict]:
+    """`clients` sessions at once, each chatting with `model` (a Chat tab choice: a base model id or "run:NAME")."""
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
-        return list(pool.map(lambda i: one_chat(url, i, tokens, turns), range(clients)))
+        return list(pool.map(lambda i: one_chat(url, i, tokens, turns, model, temperature), range(clients)))
 
 
 def main() -> int:
