@@ -3,6 +3,7 @@ token spans with their values on hover, beside its rewards and advantage; Entrop
 files are written directly (a step recorded from a real run on the bundled model: token_view_run.json)."""
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -48,13 +49,16 @@ def test_a_finished_runs_completions_show_token_by_token_shaded_with_values_on_h
     alphas = tokens.evaluate_all("els => els.map(e => parseFloat(getComputedStyle(e).backgroundColor"
                                  ".split(',')[3] || '1'))")
     assert max(alphas) > 0.5 and min(alphas) < 0.1, alphas
-    # The screenshot for the docs: the toggle, the legend and the first groups, in one viewport.
+    # The screenshot for the docs (written to docs/ only with DOCS_SHOTS=1, so a test run leaves the checkout as
+    # it was): the toggle, the legend and the first groups, in one viewport.
     page.evaluate("document.getElementById('token-mode').scrollIntoView({block: 'start'})")
     box_mode, box_groups = page.locator("#token-mode").bounding_box(), groups.bounding_box()
     clip = {"x": box_groups["x"], "y": box_mode["y"], "width": box_groups["width"],
             "height": min(box_groups["y"] + box_groups["height"], 1100) - box_mode["y"]}
     ARTIFACTS.mkdir(exist_ok=True)
-    for path in (ROOT / "docs" / "token-view.png", ARTIFACTS / "token-view-logp.png"):
+    targets = [ARTIFACTS / "token-view-logp.png"] + ([ROOT / "docs" / "token-view.png"]
+                                                     if os.environ.get("DOCS_SHOTS") == "1" else [])
+    for path in targets:
         page.screenshot(path=str(path), clip=clip)
 
     page.locator("#token-mode").get_by_text("Entropy", exact=True).click()
