@@ -22,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.setup.data import ARITHMETIC_EXAMPLE, ARITHMETIC_LEVELS, ARITHMETIC_SYSTEM, arithmetic_problems  # noqa: E402
+from pipeline.setup.data import (  # noqa: E402
+    ARITHMETIC_EXAMPLE, ARITHMETIC_LEVELS, ARITHMETIC_SYSTEM, arithmetic_problems)
 
 G = 8
 MODEL = ROOT / "data" / "models" / "SmolLM2-135M-Instruct"
@@ -75,7 +76,8 @@ def main() -> int:
         greedy = sampled = signal = 0.0
         example = ""
         for q, a in problems(name, n):
-            msgs = [{"role": "system", "content": ARITHMETIC_SYSTEM}, {"role": "user", "content": ARITHMETIC_EXAMPLE[0]},
+            msgs = [{"role": "system", "content": ARITHMETIC_SYSTEM},
+                    {"role": "user", "content": ARITHMETIC_EXAMPLE[0]},
                     {"role": "assistant", "content": ARITHMETIC_EXAMPLE[1]}, {"role": "user", "content": q}]
             ids = tok(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False),
                       add_special_tokens=False, return_tensors="pt").input_ids
