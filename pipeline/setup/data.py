@@ -31,7 +31,7 @@ ARITHMETIC_SYSTEM = (
 # One worked exchange opens every Arithmetic prompt. The 135M model never wrote the tags from the instruction
 # alone (0 of 64 sampled answers, with it in the system or the user turn); after this example, 30 of 32 greedy
 # held-out answers carry them. A two-step example ("4 + 3 × 2") made it add a spurious second step to one-step
-# problems: 1 of 32 held-out answers right, against 4 of 32 with this one.
+# problems: 1 of 32 held-out answers right, against 4 of 32 with this one (on the earlier set of multi-step problems).
 ARITHMETIC_EXAMPLE = ("Calculate 12 + 7", "<think>12 + 7 = 19</think><answer>19</answer>")
 ARITHMETIC_SIZE = 400
 ARITHMETIC_SEED = 1234  # fixed: the set is the same for every run; the run seed only shuffles it
@@ -69,56 +69,56 @@ def tldr_rows(system_prompt: str = "") -> list[dict]:
 
 # ---- bundled Arithmetic ------------------------------------------------------------------------
 
-_NAMES = ["Maya", "Tom", "Aisha", "Luis", "Ken", "Priya", "Olga", "Sam", "Noor", "Ben", "Ines", "Yuki"]
-_ITEMS = ["apples", "stickers", "marbles", "books", "pencils", "cookies", "stamps", "shells"]
+
+def _sum_two_digit(rng: random.Random) -> tuple[str, int]:
+    a, b = rng.randint(10, 99), rng.randint(10, 99)
+    return f"Calculate {a} + {b}", a + b
 
 
-def _word_problem(rng: random.Random) -> tuple[str, int]:
-    """Two-step word problems with whole-number answers."""
-    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
-    kind = rng.randrange(4)
-    if kind == 0:
-        a, b, c = rng.randint(10, 60), rng.randint(1, 9), rng.randint(2, 9)
-        return (f"{name} has {a} {item}, gives away {b}, then buys {c} more. How many {item} does {name} have now?",
-                a - b + c)
-    if kind == 1:
-        packs, per, eaten = rng.randint(2, 9), rng.randint(3, 12), rng.randint(1, 5)
-        return (f"{name} buys {packs} packs of {item} with {per} in each pack and loses {eaten}. "
-                f"How many {item} are left?", packs * per - eaten)
-    if kind == 2:
-        friends, each = rng.randint(2, 8), rng.randint(2, 9)
-        extra = rng.randint(0, friends - 1)  # a remainder, so equal shares stay whole
-        total = friends * each + extra
-        return (f"{name} shares {total} {item} equally among {friends} friends and keeps the {extra} left over. "
-                f"How many {item} does each friend get?", each)
-    price, qty, paid = rng.randint(2, 15), rng.randint(2, 6), 100
-    return (f"One box of {item} costs {price} dollars. {name} buys {qty} boxes and pays with a {paid}-dollar note. "
-            f"How much change does {name} get?", paid - price * qty)
+def _difference_two_one(rng: random.Random) -> tuple[str, int]:
+    a, b = rng.randint(10, 99), rng.randint(1, 9)
+    return f"Calculate {a} - {b}", a - b
+
+
+def _sum_two_one(rng: random.Random) -> tuple[str, int]:
+    a, b = rng.randint(10, 99), rng.randint(1, 9)
+    return f"Calculate {a} + {b}", a + b
+
+
+def _product_two_one(rng: random.Random) -> tuple[str, int]:
+    a, b = rng.randint(11, 30), rng.randint(2, 9)
+    return f"Calculate {a} × {b}", a * b
+
+
+# The levels, in the order the set cycles through them. Chosen with bench/arithmetic_levels.py: the base model
+# answers them right some of the time, so its groups of tries hold right and wrong answers to learn from
+# (bench/results/arithmetic-levels-scan-2026-11-26b.txt).
+ARITHMETIC_LEVELS: dict[str, Callable[[random.Random], tuple[str, int]]] = {
+    "add2": _sum_two_digit,  # 48 + 41
+    "add21": _sum_two_one,  # 68 + 7
+    "sub21": _difference_two_one,  # 44 - 8
+    "mul21": _product_two_one,  # 23 × 4
+}
 
 
 def arithmetic_problems(n: int = ARITHMETIC_SIZE, seed: int = ARITHMETIC_SEED) -> list[tuple[str, int]]:
-    """Seeded problems with exact integer answers, from one operation up to two-step word problems.
+    """Seeded one-operation problems with exact integer answers, one level after another
+    (ARITHMETIC_LEVELS), no problem twice (so none is both trained on and held out).
 
-    >>> arithmetic_problems(3, seed=0) == arithmetic_problems(3, seed=0)
+    >>> arithmetic_problems(4, seed=0) == arithmetic_problems(4, seed=0)
     True
+    >>> [q.split()[2] for q, _ in arithmetic_problems(4)]
+    ['+', '+', '-', '×']
     """
     rng = random.Random(seed)
+    levels = list(ARITHMETIC_LEVELS.values())
     out: list[tuple[str, int]] = []
+    seen = {ARITHMETIC_EXAMPLE[0]}  # each level has well over n / len(levels) distinct problems
     while len(out) < n:
-        level = len(out) % 4
-        if level == 0:
-            a, b = rng.randint(1, 50), rng.randint(1, 50)
-            op = rng.choice(["+", "-", "×"])
-            value = a + b if op == "+" else a - b if op == "-" else a * b
-            out.append((f"Calculate {a} {op} {b}", value))
-        elif level == 1:  # precedence, as in "2 + 2 × 6"
-            a, b, c = rng.randint(1, 20), rng.randint(1, 12), rng.randint(1, 12)
-            out.append((f"Calculate {a} + {b} × {c}", a + b * c))
-        elif level == 2:
-            a, b, c = rng.randint(1, 20), rng.randint(1, 20), rng.randint(2, 9)
-            out.append((f"Calculate ({a} + {b}) × {c}", (a + b) * c))
-        else:
-            out.append(_word_problem(rng))
+        question, answer = levels[len(out) % len(levels)](rng)
+        if question not in seen:
+            seen.add(question)
+            out.append((question, answer))
     return out
 
 

@@ -35,10 +35,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "dataset": DatasetSpec(source="arithmetic"),
         "rewards": [RewardSpec("strict_format", 0.0, {}), RewardSpec("incremental_format", 1.0, {}),
                     RewardSpec("numeric_tolerance", 2.0, {})],
-        "num_generations": 8,  # the base model gets ~1 in 10 right: 8 tries make a right and a wrong more likely
+        # The base model answers ~40% of the set right greedily, ~1 in 5 of its samples: 8 tries give a group
+        # with a right and a wrong answer on ~60% of problems (bench/results/arithmetic-levels-scan-2026-11-26b.txt)
+        "num_generations": 8,
         "batch_size": 16,
-        "max_completion_length": 40,  # "<think>13 + 5 × 8 = 53</think><answer>53</answer>" is ~30 tokens
-        "max_steps": 16,
+        "max_completion_length": 40,  # "<think>24 × 6 = 144</think><answer>144</answer>" is ~25 tokens
+        # 20 steps of 2 problems: held-out accuracy +22.5, +20.0, +2.5 points on seeds 1-3 (16 steps: +15, +20, -2.5;
+        # lr 5e-4 or temperature 0.7 made seed 3 worse; bench/results/learning-arithmetic-trials-2026-11-26.txt)
+        "max_steps": 20,
         "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
     },
     # Questions about the bundled films, each followed by the three plots the RAG tab's search ranks first for

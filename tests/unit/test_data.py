@@ -22,13 +22,15 @@ def test_tldr_is_bundled_and_chat_formatted():
 
 def test_arithmetic_is_seeded_and_exact():
     problems = arithmetic_problems()
-    assert problems == arithmetic_problems()
-    assert problems[1][0].startswith("Calculate") and "×" in problems[1][0]
-    for question, answer in problems[:3]:  # single op, precedence, parentheses
+    assert problems == arithmetic_problems() and len(problems) == 400
+    for question, answer in problems:
+        assert question.startswith("Calculate ")
         expr = question.removeprefix("Calculate ").replace("×", "*")
         assert eval(expr) == answer  # noqa: S307 - our own generated arithmetic
-    assert any("How many" in q or "change" in q for q, _ in problems)
-    assert all(r["answer"].lstrip("-").isdigit() for r in arithmetic_rows())
+    assert {q.split()[2] for q, _ in problems} == {"+", "-", "×"}
+    # no problem twice (none both trained on and held out), and never the worked example's own
+    assert len({q for q, _ in problems}) == len(problems) and "Calculate 12 + 7" not in dict(problems)
+    assert all(r["answer"].isdigit() for r in arithmetic_rows())
 
 
 def test_split_is_disjoint_and_seeded():
