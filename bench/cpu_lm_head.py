@@ -92,7 +92,8 @@ def main() -> int:
     med = {name: statistics.median(ts) for name, ts in times.items()}
     ratio = med["A plain head"] / med["B TRL chunked head"]
     print(f"cpu_lm_head: {path.name}, {a.rows} rows ({a.micro} a forward), prompt {a.prompt} + completion "
-          f"{a.completion} tokens, vocab {model.config.vocab_size}, {a.threads} threads, {platform.processor() or platform.machine()}")
+          f"{a.completion} tokens, vocab {model.config.vocab_size}, {a.threads} threads, "
+          f"{platform.processor() or platform.machine()}")
     for name, ts in times.items():
         print(f"  {name:20s} median {med[name]:.2f} s a pass (forward + backward), rounds {[round(t, 2) for t in ts]}")
     print(f"  ratio A/B {ratio:.2f}; largest log-prob difference {gap:.2e}")

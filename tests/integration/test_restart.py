@@ -39,8 +39,8 @@ def test_app_killed_with_its_process_group_the_trainer_survives(tiny_model_dir, 
 
     # The two-layer model, typed as a local folder, probes off and short completions: this test is about
     # processes. Its steps take a fraction of a second, so the run is planned far longer than the test lasts.
-    cfg = RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 5000, "save_steps": 10000, "max_completion_length": 16,
-                       "probe_every": 0})
+    cfg = RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 5000, "save_steps": 10000,
+                       "max_completion_length": 16, "probe_every": 0})
     assert cfg.save_steps > cfg.max_steps  # so the only checkpoint is the one Stop writes
 
     # The first app leads its own process group, as `make run` does in a terminal.
