@@ -43,6 +43,8 @@ CLOSE_SETTINGS_JS = """() => {
 def settings_accordion() -> gr.Accordion:
     """The "All settings" accordion: built open, folded on page load (CLOSE_SETTINGS_JS)."""
     return gr.Accordion("All settings", open=True, elem_id=SETTINGS_ID)
+
+
 UPLOAD_TYPES = [".csv", ".jsonl", ".json"]
 
 

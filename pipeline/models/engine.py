@@ -61,6 +61,16 @@ def fast_path_problem(model, extra_inputs: dict, compute_aux_loss: bool) -> str 
     return None
 
 
+def _token_scores(logits, targets, temperature: float, want_entropy: bool):
+    """Log-prob of each target token under softmax(logits / temperature), and the entropy of that
+    distribution (None unless asked), for logits shaped (tokens, vocab)."""
+    import torch
+
+    log_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logps = log_all.gather(-1, targets[:, None]).squeeze(-1)
+    return logps, (-(log_all.exp() * log_all).sum(-1) if want_entropy else None)
+
+
 def _completion_scores(hidden, lm_head, targets, valid, temperature: float, want_entropy: bool):
     """Log-prob of each target token (and the entropy of its distribution) at the valid positions only."""
     import torch
@@ -72,12 +82,10 @@ def _completion_scores(hidden, lm_head, targets, valid, temperature: float, want
     picked_targets = targets[valid]
     lp_parts, ent_parts = [], []
     for start in range(0, picked_hidden.size(0), LM_HEAD_CHUNK):
-        h = picked_hidden[start:start + LM_HEAD_CHUNK]
-        logits = lm_head(h).float() / temperature
-        log_all = torch.log_softmax(logits, dim=-1)
-        lp_parts.append(log_all.gather(-1, picked_targets[start:start + LM_HEAD_CHUNK, None]).squeeze(-1))
-        if want_entropy:
-            ent_parts.append(-(log_all.exp() * log_all).sum(-1))
+        lp, ent = _token_scores(lm_head(picked_hidden[start:start + LM_HEAD_CHUNK]),
+                                picked_targets[start:start + LM_HEAD_CHUNK], temperature, want_entropy)
+        lp_parts.append(lp)
+        ent_parts.append(ent)
     if rows.numel():
         logps = logps.index_put((rows[:, 0], rows[:, 1]), torch.cat(lp_parts).to(logps.dtype))
         if want_entropy:
@@ -145,10 +153,10 @@ def plain_head_logps(model, input_ids, attention_mask, logits_to_keep: int, temp
         logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=logits_to_keep + 1, use_cache=False).logits
         targets, valid = ids[:, -logits_to_keep:], mask[:, -logits_to_keep:].bool()
         for row in range(ids.size(0)):  # one row's log-softmax at a time keeps the peak to one (tokens, vocab) copy
-            log_all = torch.log_softmax(logits[row, :-1].float() / temperature, dim=-1)
-            lp_rows.append(log_all.gather(-1, targets[row, :, None]).squeeze(-1).masked_fill(~valid[row], 0.0))
+            lp, ent = _token_scores(logits[row, :-1], targets[row], temperature, compute_entropy)
+            lp_rows.append(lp.masked_fill(~valid[row], 0.0))
             if compute_entropy:
-                ent_rows.append((-(log_all.exp() * log_all).sum(-1)).masked_fill(~valid[row], 0.0))
+                ent_rows.append(ent.masked_fill(~valid[row], 0.0))
     return torch.stack(lp_rows), torch.stack(ent_rows) if compute_entropy else None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import operator
 import random
 from pathlib import Path
 from typing import Any, Callable
@@ -70,34 +71,26 @@ def tldr_rows(system_prompt: str = "") -> list[dict]:
 # ---- bundled Arithmetic ------------------------------------------------------------------------
 
 
-def _sum_two_digit(rng: random.Random) -> tuple[str, int]:
-    a, b = rng.randint(10, 99), rng.randint(10, 99)
-    return f"Calculate {a} + {b}", a + b
+_OPERATIONS: dict[str, Callable[[int, int], int]] = {"+": operator.add, "-": operator.sub, "×": operator.mul}
 
 
-def _difference_two_one(rng: random.Random) -> tuple[str, int]:
-    a, b = rng.randint(10, 99), rng.randint(1, 9)
-    return f"Calculate {a} - {b}", a - b
-
-
-def _sum_two_one(rng: random.Random) -> tuple[str, int]:
-    a, b = rng.randint(10, 99), rng.randint(1, 9)
-    return f"Calculate {a} + {b}", a + b
-
-
-def _product_two_one(rng: random.Random) -> tuple[str, int]:
-    a, b = rng.randint(11, 30), rng.randint(2, 9)
-    return f"Calculate {a} × {b}", a * b
+def _one_operation(first: tuple[int, int], op: str,
+                   second: tuple[int, int]) -> Callable[[random.Random], tuple[str, int]]:
+    """A level: `Calculate a op b` with a and b drawn (in that order) from the inclusive ranges."""
+    def draw(rng: random.Random) -> tuple[str, int]:
+        a, b = rng.randint(*first), rng.randint(*second)
+        return f"Calculate {a} {op} {b}", _OPERATIONS[op](a, b)
+    return draw
 
 
 # The levels, in the order the set cycles through them. Chosen with bench/arithmetic_levels.py: the base model
 # answers them right some of the time, so its groups of tries hold right and wrong answers to learn from
 # (bench/results/arithmetic-levels-scan-2026-11-26b.txt).
 ARITHMETIC_LEVELS: dict[str, Callable[[random.Random], tuple[str, int]]] = {
-    "add2": _sum_two_digit,  # 48 + 41
-    "add21": _sum_two_one,  # 68 + 7
-    "sub21": _difference_two_one,  # 44 - 8
-    "mul21": _product_two_one,  # 23 × 4
+    "add2": _one_operation((10, 99), "+", (10, 99)),  # 48 + 41
+    "add21": _one_operation((10, 99), "+", (1, 9)),  # 68 + 7
+    "sub21": _one_operation((10, 99), "-", (1, 9)),  # 44 - 8
+    "mul21": _one_operation((11, 30), "×", (2, 9)),  # 23 × 4
 }
 
 
