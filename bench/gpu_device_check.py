@@ -186,6 +186,7 @@ def train_here(run_dir: Path, cfg_dict: dict, seconds: float, on_trainer=None) -
         raise RowTimeout
 
     result = {"state": None}
+    reset_compiled()
     if cuda:
         gc.collect()
         torch.cuda.empty_cache()
@@ -209,6 +210,7 @@ def train_here(run_dir: Path, cfg_dict: dict, seconds: float, on_trainer=None) -
         signal.signal(signal.SIGALRM, previous)
         trainer_module.build_trainer = build
     result["wall_s"] = time.time() - t0
+    result["generation"] = generation_of(run_dir)
     metrics = runs.read_metrics(run_dir)
     result["step_seconds"] = [m["step_seconds"] for m in metrics]
     result["completion_lengths"] = [m["completion_length"] for m in metrics]
@@ -219,6 +221,24 @@ def train_here(run_dir: Path, cfg_dict: dict, seconds: float, on_trainer=None) -
         torch.cuda.empty_cache()
         result["left_allocated"] = torch.cuda.memory_allocated()  # a leak would count in the next row's peak
     return result
+
+
+def reset_compiled() -> None:
+    """Forget the compiled decoding steps of earlier runs in this process: each run compiles its own, and the
+    recompile limit (8 by default) would otherwise make later runs decode uncompiled."""
+    import torch
+
+    if hasattr(torch, "_dynamo"):
+        torch._dynamo.reset()
+
+
+def generation_of(run_dir: Path) -> str:
+    """How the run sampled its completions, from its status.json: static, or eager and why."""
+    from pipeline.run_folder.jobstate import read_status
+
+    status = read_status(run_dir)
+    name = status.get("generation") or "?"
+    return f"{name} ({status['generation_note']})" if status.get("generation_note") else name
 
 
 def steady(values: list[float]) -> float | None:
@@ -344,7 +364,9 @@ def part_profile(ctx) -> None:
                             on_trainer=profile.install)
         print(f"-- {name}: {result['state']}, {len(profile.steps)} step(s) profiled in {time.time() - t0:.0f} s; "
               f"G={cfg['num_generations']}, batch {cfg['batch_size']}, {cfg['max_completion_length']} tokens, "
-              f"precision {ctx.precision}" + (f" (no {', '.join(dropped)} field here)" if dropped else ""))
+              f"precision {ctx.precision}, generation {result['generation']}"
+              + (f", first step {result['step_seconds'][0]:.1f} s (warm-up and compile)" if result["step_seconds"] else "")
+              + (f" (no {', '.join(dropped)} field here)" if dropped else ""))
         if result.get("error"):
             print(f"   error: {result['error']}")
         if not profile.steps:
@@ -393,9 +415,12 @@ def part_versus(ctx) -> None:
                 except subprocess.CalledProcessError as exc:
                     print(f"{name} round {i + 1} {side}: failed ({exc}); logs under {ctx.work}")
                     continue
+                if side == "pipeline":
+                    r["generation"] = generation_of(ctx.work / f"versus-{name}-{i}")
                 sides[side].append(r)
                 print(f"{name} round {i + 1} {side}: {r['seconds'] / max(r['steps'], 1):.3f} s/step, "
-                      f"{r['tokens'] / max(r['steps'], 1):.0f} completion tokens/step ({time.time() - t0:.0f} s wall)")
+                      f"{r['tokens'] / max(r['steps'], 1):.0f} completion tokens/step ({time.time() - t0:.0f} s wall)"
+                      + (f", generation {r['generation']}" if side == "pipeline" else ""))
     for name, (folder, fields, dropped, cfg, sides) in setups.items():
         done = {side: rs for side, rs in sides.items() if rs and sum(r["steps"] for r in rs)}
         if len(done) < 2:
@@ -467,6 +492,7 @@ def part_size_table(ctx) -> None:
         error = f"{(est.allocated - peak) / peak:+.0%}" if peak else "n/a"
         print(f"{label} {r['state']:<10} {fmt(s_step, '.2f'):>7} {fmt(tok_s, '.0f'):>7} {fmt_gib(peak):>10} "
               f"{fmt_gib(reserved):>9} {fmt_gib(est.allocated):>9} {error:>7} {fmt_gib(est.total):>9}"
+              + (f"  {r['generation']}" if r.get("generation") else "")
               + (f"  {r['error']}" if r.get("error") else "")
               + (f"  ({fmt_gib(r['left_allocated'])} still allocated after it)"
                  if r.get("left_allocated", 0) > 0.25 * GIB else ""))
@@ -519,6 +545,9 @@ class Context:
         self.skeleton, self.out = Path(a.skeleton), Path(a.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.work = Path(tempfile.mkdtemp(prefix="gpu-device-check-"))
+        from pipeline.models.sources import allow_local_dirs  # its random-weight models live there
+
+        allow_local_dirs([self.work])  # for this process and the trainers it starts
         self.shapes = SMOKE_SHAPES if self.smoke else SHAPES
         names = list(self.shapes)
         self.profile_shapes = names[:2]
@@ -583,7 +612,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", required=True, help="folder for gpu-device-check.json")
     p.add_argument("--deadline", type=float, default=0, help="epoch seconds by which to be done (else --budget)")
     p.add_argument("--budget", type=float, default=540, help="seconds for all parts")
-    p.add_argument("--budget-a", type=float, default=90, help="seconds for part a")
+    p.add_argument("--budget-a", type=float, default=130, help="seconds for part a (compiles included)")
     p.add_argument("--budget-b", type=float, default=0, help="seconds for part b (0 = 45%% of what a left)")
     p.add_argument("--parts", default="abc", help="which parts, in order: a profile, b versus, c size table")
     p.add_argument("--engine", default="", help="generation_engine for the pipeline runs (auto, eager, ...), when "
