@@ -237,7 +237,6 @@ def generation_engine(cfg: RunConfig, trainer, device: str, longest_prompt: int 
     def problem():
         return static_decode.run_problem(
             fast_engine=cfg.fast_engine, load_in_4bit=cfg.load_in_4bit, use_vllm=cfg.use_vllm,
-            gradient_checkpointing=cfg.gradient_checkpointing,
             processes=int(os.environ.get("WORLD_SIZE", "1"))) \
             or static_decode.static_problem(trainer.model, trainer.generation_config)
 

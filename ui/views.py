@@ -42,8 +42,8 @@ def generation_label(status: dict) -> str | None:
 
     >>> generation_label({"generation": "static"})
     'static decoding'
-    >>> generation_label({"generation": "eager", "generation_note": "gradient checkpointing is on"})
-    'eager decoding: gradient checkpointing is on'
+    >>> generation_label({"generation": "eager", "generation_note": "the fast engine is off"})
+    'eager decoding: the fast engine is off'
     >>> generation_label({"generation": "eager"}), generation_label({})
     (None, None)
     """

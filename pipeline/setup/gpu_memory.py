@@ -251,7 +251,7 @@ def estimate(shape: ModelShape, s: MemorySettings) -> MemoryEstimate:
     # Generation: one row per completion, each holding keys and values for its prompt and completion.
     kv_bytes = {"bf16": 2, "fp16": 3, "fp32": 4}[precision]  # fp16 mixed: fp32 keys after RoPE, fp16 values
     merged_copy = shape.linear_parameters(targets) * weight_bytes if fast_sampling else 0
-    static = s.static_generation and fast_sampling and not s.gradient_checkpointing  # as static_decode.run_problem
+    static = s.static_generation and fast_sampling  # as static_decode.run_problem
     if static:
         # Static decoding (pipeline/models/static_decode.py) keeps its key/value buffers, sized for the longest prompt
         # plus the completions and rounded up, and the merged copies (at fixed addresses) for the whole run.
@@ -348,8 +348,7 @@ def static_generation(cfg) -> bool:
     from pipeline.models.static_decode import run_problem
 
     return cfg.generation_engine != "eager" and run_problem(
-        fast_engine=cfg.fast_engine, load_in_4bit=cfg.load_in_4bit, use_vllm=cfg.use_vllm,
-        gradient_checkpointing=cfg.gradient_checkpointing, processes=1) is None
+        fast_engine=cfg.fast_engine, load_in_4bit=cfg.load_in_4bit, use_vllm=cfg.use_vllm, processes=1) is None
 
 
 # ---- what to change when it does not fit ---------------------------------------------------------

@@ -79,7 +79,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_completion_length": 512,  # room for worked reasoning
         "max_steps": 250,
         "gradient_checkpointing": True,
-        "fast_engine": False,  # TRL's own generation path (vLLM or transformers)
+        "fast_engine": True,  # sampling: vLLM where it is installed, else static decoding on a GPU
         "use_vllm": _vllm_installed(),
         "probe_every": 25,
         "save_steps": 50,

@@ -62,8 +62,11 @@ def make_trainer_class():
                 from trl.models import unwrap_model_for_generation
 
                 static = self.studio_static
-                with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                                 generation_kwargs=self.generation_kwargs) as unwrapped, \
+                # (it turns gradient checkpointing off while sampling, so the key/value cache works, and back on
+                # with the trainer's own checkpointing arguments)
+                with unwrap_model_for_generation(
+                        self.model_wrapped, self.accelerator, generation_kwargs=self.generation_kwargs,
+                        gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs) as unwrapped, \
                         torch.no_grad(), engine.merged_adapter(unwrapped, static and static.weight_copies), \
                         engine.cpu_decoding(self.accelerator.device):
                     new = self._studio_static_generate(unwrapped, prompt_ids) if static else None

@@ -34,7 +34,7 @@ def rows_of(prompts, g=2):
     ({}, "cuda", ("static", None)),
     ({"generation_engine": "static"}, "cpu", ("static", None)),
     ({"generation_engine": "eager"}, "cuda", ("eager", None)),
-    ({"gradient_checkpointing": True}, "cuda", ("eager", "gradient checkpointing is on")),
+    ({"gradient_checkpointing": True}, "cuda", ("static", None)),  # TRL turns it off while sampling
     ({"use_vllm": True}, "cuda", ("eager", "vLLM generates the completions")),
     ({"fast_engine": False}, "cuda", ("eager", "the fast engine is off")),
     ({"load_in_4bit": True}, "cuda", ("eager", "a 4-bit (QLoRA) base samples through TRL's own path")),
@@ -91,8 +91,8 @@ def test_the_run_header_says_how_completions_are_sampled():
         return progress_html("r", {"state": "running", "device": "cuda", "precision": "bf16", **status}, [], 10)
 
     assert "static decoding" in header(generation="static")
-    assert "eager decoding: gradient checkpointing is on" in header(
-        generation="eager", generation_note="gradient checkpointing is on")
+    assert "eager decoding: the fast engine is off" in header(
+        generation="eager", generation_note="the fast engine is off")
     assert "decoding" not in header(generation="eager")  # asked for (the CPU default): nothing to explain
 
 
@@ -112,6 +112,60 @@ def test_the_trainer_samples_through_the_static_decoder(tmp_path, monkeypatch):
         again, _ = trainer._generate_single_turn(prompts, None, {}, 2)
     assert static == eager == again and len(calls) == 2
     assert trainer.studio_static.builds == 1 and trainer.studio_static._key[2] == 64  # 16 rounded up
+
+
+def checkpointed_trainer(tmp_path):
+    """A studio trainer whose model trains with gradient checkpointing, as TRL sets it up (input gradients on)."""
+    trainer = studio_trainer(tmp_path, gradient_checkpointing=True)
+    model = trainer.model
+    if not model.is_gradient_checkpointing:
+        model.gradient_checkpointing_enable(trainer.args.gradient_checkpointing_kwargs)
+    model.enable_input_require_grads()
+    model.train()
+    return trainer
+
+
+def test_with_gradient_checkpointing_on_the_trainer_samples_statically_the_same_tokens(tmp_path):
+    """Gradient checkpointing turns the key/value cache off in training mode. TRL turns checkpointing off while
+    the model samples, so the static decoder runs then: greedy, it gives the tokens the same model gives
+    without checkpointing, and checkpointing is back on afterwards for the backward pass."""
+    trainer = checkpointed_trainer(tmp_path)
+    greedy(trainer)
+    prompts = rows_of(PROMPTS)
+    with torch.no_grad():
+        trainer.model.gradient_checkpointing_disable()
+        plain, _ = trainer._generate_single_turn(prompts, None, {}, 2)  # no checkpointing at all
+        trainer.model.gradient_checkpointing_enable(trainer.args.gradient_checkpointing_kwargs)
+        eager, _ = trainer._generate_single_turn(prompts, None, {}, 2)
+        trainer.studio_static = StaticDecoder(min_length=16)
+        static, _ = trainer._generate_single_turn(prompts, None, {}, 2)
+    assert static == eager == plain
+    assert trainer.studio_static is not None and trainer.studio_static.builds == 1  # it ran, and did not fail
+    assert trainer.model.is_gradient_checkpointing and trainer.model.training
+
+
+def test_with_gradient_checkpointing_on_the_decoding_step_still_compiles_to_one_graph(tmp_path):
+    """TRL's input-gradient hook stays on the embeddings while sampling; traced with fullgraph=True, the step
+    still makes one graph with no breaks, and its tokens equal the eager path's."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    from trl.models import unwrap_model_for_generation
+
+    trainer = checkpointed_trainer(tmp_path)
+    gc = greedy(trainer)
+    torch._dynamo.reset()
+    counters.clear()
+    decoder = StaticDecoder(compiler=lambda step, device: torch.compile(step, backend="eager", fullgraph=True,
+                                                                         dynamic=False))
+    for prompts in (PROMPTS, [[2, 3], [4, 5, 6, 7, 8, 9, 10], [11]]):
+        rows = rows_of(prompts)
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                         gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs) \
+                as model, torch.no_grad(), engine.merged_adapter(model, decoder.weight_copies):
+            eager = engine.generate_shared_prefill(model, rows, 0, gc)
+            static = decoder.generate(model, rows, gc)
+        assert static.tolist() == eager.tolist()
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
 
 
 def test_a_failing_static_decoder_falls_back_and_says_why(tmp_path):
@@ -199,22 +253,26 @@ def test_persistent_weight_copies_keep_their_addresses_and_hold_the_current_merg
 
 def test_pre_flight_counts_the_static_buffers_for_the_whole_step():
     """Static decoding keeps its key/value buffers and merged weight copies through training, where the eager
-    path frees them after sampling: the estimate's training phase carries them, a run that can't decode
-    statically (gradient checkpointing) does not, and 'Generation engine: eager' is offered as a saving."""
+    path frees them after sampling: the estimate's training phase carries them (gradient checkpointing on or
+    off), a run that can't decode statically (the fast engine off) does not, and 'Generation engine: eager' is
+    offered as a saving."""
     from pipeline.setup.gpu_memory import KNOWN_SHAPES, estimate, settings_from_config, suggestions
 
     shape = next(iter(KNOWN_SHAPES.values()))
     static = settings_from_config(RunConfig(), "bf16", 200)
     eager = settings_from_config(RunConfig(generation_engine="eager"), "bf16", 200)
     assert static.static_generation and not eager.static_generation
-    assert not settings_from_config(RunConfig(gradient_checkpointing=True), "bf16", 200).static_generation
+    assert settings_from_config(RunConfig(gradient_checkpointing=True), "bf16", 200).static_generation
+    assert not settings_from_config(RunConfig(fast_engine=False), "bf16", 200).static_generation
     checkpointed = dataclasses.replace(static, gradient_checkpointing=True)  # as the suggestion to turn it on
+    no_engine = dataclasses.replace(static, fast_engine=False)
     training = estimate(shape, static).phases["training"]
     buffers = training["static decoding: key/value buffers"]
     assert buffers == static.batch_size * 256 * shape.layers * 2 * shape.kv_dim * 2  # 200 + 32 rounded to 256
     assert training["static decoding: merged copy of the adapted weights"] > 0
     assert not any(k.startswith("static") for k in estimate(shape, eager).phases["training"])
-    assert not any(k.startswith("static") for k in estimate(shape, checkpointed).phases["training"])
+    assert estimate(shape, checkpointed).phases["training"]["static decoding: key/value buffers"] == buffers
+    assert not any(k.startswith("static") for k in estimate(shape, no_engine).phases["training"])
     assert "Generation engine: eager" in [s.label for s in suggestions(shape, static)]
 
 
