@@ -448,8 +448,10 @@ def size_rows(ctx) -> list[dict]:
 
     rows = []
     for preset, full_name in PRESET_NAMES.items():
+        if preset not in ctx.size_presets:
+            continue
         for name in ctx.size_shapes:
-            for checkpointing in (True, False):
+            for checkpointing in ctx.size_checkpointing:
                 fields = {k: PRESETS[full_name][k] for k in PRESET_FIELDS if k in PRESETS[full_name]}
                 fields.update(gradient_checkpointing=checkpointing, precision=ctx.precision, **ctx.engine_field)
                 if ctx.smoke:  # a CPU cannot take the presets' batches in seconds: 1 prompt, 8 tokens
@@ -551,8 +553,12 @@ class Context:
         self.shapes = SMOKE_SHAPES if self.smoke else SHAPES
         names = list(self.shapes)
         self.profile_shapes = names[:2]
-        self.versus_shapes = names[:2]
-        self.size_shapes = names
+        self.versus_shapes = [n for n in names[:2] if not a.versus_shapes or n in a.versus_shapes.split(",")] \
+            if not self.smoke else names[:2]
+        self.size_shapes = [n for n in names if not a.shapes or n in a.shapes.split(",")] if not self.smoke else names
+        wanted = [w.replace("_", " ") for w in a.presets.split(",")] if a.presets else list(PRESET_NAMES)
+        self.size_presets = [n for n in PRESET_NAMES if n in wanted]
+        self.size_checkpointing = {"both": (True, False), "on": (True,), "off": (False,)}[a.checkpointing]
         self.precision = "fp32" if self.smoke or not torch.cuda.is_available() else "bf16"
         self.card_total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
         self.engine_field = {"generation_engine": a.engine} if a.engine else {}
@@ -619,6 +625,12 @@ def main(argv: list[str]) -> int:
                                                 "the checkout's RunConfig has that field")
     p.add_argument("--rounds", type=int, default=2, help="A/B rounds in part b")
     p.add_argument("--versus-steps", type=int, default=3, help="steps of each part b run (the first left out)")
+    p.add_argument("--shapes", default="", help="part c: only these shapes, comma-separated (e.g. Qwen2.5-7B)")
+    p.add_argument("--presets", default="", help="part c: only these presets, comma-separated, '_' for a space "
+                                                 "(GPU_standard,GSM8K)")
+    p.add_argument("--versus-shapes", default="", help="part b: only these shapes, comma-separated")
+    p.add_argument("--checkpointing", choices=("both", "on", "off"), default="both",
+                   help="part c: rows with gradient checkpointing on, off, or both")
     p.add_argument("--isolate", action="store_true", help="each size-table row in a fresh process (slower to start, "
                                                           "but an OOM or a leak can't touch the next row)")
     p.add_argument("--cpu-smoke", action="store_true", help="the same code on the CPU: tiny shapes, 1 step a row")

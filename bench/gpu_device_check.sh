@@ -12,6 +12,11 @@
 #         .whl/smollm2-skeleton/, the bundled model's config and tokenizer read from its GGUF (no weights)
 #   2. there, with .whl carried:  bash bench/gpu_device_check.sh 2>&1 | tee $OUT/gpu-device-check.txt
 #      (gpu-device-check.json lands in $OUT too); commit them as bench/results/gpu-device-check-DATE.txt/.json
+# With 15 minutes of device time, the whole check does not fit one 10-minute command: run it as two calls on the
+# same warm machine, the second sent at once (a machine goes back 30 s after a call), e.g.
+#   GPU_CHECK_PARTS=ab GPU_CHECK_BUDGET=345 GPU_CHECK_ARGS="--budget-a 130 --rounds 1" bash ... | tee $OUT/...-ab.txt
+#   GPU_CHECK_PARTS=c GPU_CHECK_BUDGET=440 GPU_CHECK_ARGS="--checkpointing off" bash ... | tee $OUT/...-c.txt
+# (part c's --shapes, --presets, --checkpointing and part b's --versus-shapes pick the rows still to measure).
 # Options travel as environment variables: GPU_CHECK_PARTS (abc), GPU_CHECK_ENGINE (the RunConfig field
 # generation_engine for the pipeline runs, when the checkout has it), GPU_CHECK_ARGS (more flags for the .py).
 # It fails at once, saying so, where torch sees no CUDA GPU. GPU_CHECK_SMOKE=1 runs the same code on a CPU with tiny
