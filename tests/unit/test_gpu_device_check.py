@@ -15,7 +15,8 @@ from pipeline.setup.gpu_memory import GIB  # noqa: E402
 
 def test_size_rows_run_the_presets_own_setting_first_and_predicted_ooms_last(tmp_path):
     ctx = SimpleNamespace(shapes=check.SHAPES, size_shapes=list(check.SHAPES), precision="bf16", engine_field={},
-                          smoke=False, work=tmp_path, size_steps=2, card_total=80 * GIB)
+                          smoke=False, work=tmp_path, size_steps=2, card_total=80 * GIB,
+                          size_presets=list(check.PRESET_NAMES), size_checkpointing=(True, False))
     rows = check.size_rows(ctx)
     assert len(rows) == 16
     orders = [r["order"] for r in rows]
@@ -52,3 +53,11 @@ def test_an_out_of_memory_is_a_row_not_a_crash(tmp_path, monkeypatch):
     result = check.train_here(tmp_path / "run", {"model": "x"}, seconds=30)
     assert result["state"] == "OOM" and result["step_seconds"] == []
     assert check.steady([9.0, 2.0, 4.0]) == 3.0 and check.steady([5.0]) == 5.0 and check.steady([]) is None
+
+
+def test_size_rows_can_be_narrowed_to_the_rows_still_to_measure(tmp_path):
+    ctx = SimpleNamespace(shapes=check.SHAPES, size_shapes=["Qwen2.5-7B"], precision="bf16", engine_field={},
+                          smoke=False, work=tmp_path, size_steps=2, card_total=80 * GIB,
+                          size_presets=["GSM8K"], size_checkpointing=(False,))
+    rows = check.size_rows(ctx)
+    assert [(r["shape"], r["preset"], r["checkpointing"]) for r in rows] == [("Qwen2.5-7B", "GSM8K", False)]
