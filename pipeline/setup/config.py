@@ -279,8 +279,9 @@ class RunConfig:
         metadata=_form("Generation engine",
                        "How the fast engine samples completions. static: key/value buffers allocated once and a "
                        "compiled decoding step (CUDA graphs on a GPU), which removes most of the per-token overhead of "
-                       "small models; the same sampling as eager. eager: transformers' generate. auto: static on a "
-                       "GPU, eager on the CPU. Where static can't run (vLLM, gradient checkpointing, more than one "
+                       "small models; the same sampling as eager (the first step also compiles it: up to a minute). "
+                       "eager: transformers' generate. auto: static on a "
+                       "GPU, eager on the CPU. Where static can't run (vLLM, QLoRA, more than one "
                        "process, a model without static-cache support), eager is used and the run header says why. "
                        "Choose eager if static decoding fails or uses too much memory on your card.",
                        GENERATION_ENGINES),
