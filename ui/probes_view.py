@@ -133,8 +133,12 @@ def probes_html(evals: list[dict], pick=None, cfg: dict | None = None, state: st
     if key:
         value, first = cur["task"].get(key), (base.get("task") or {}).get(key)
         shown = i > 0 and _finite(value) and _finite(first)
-        vs = f" ({_signed(value - first)} vs step {base['step']})" if shown else ""
-        head.append(f"{key} <b>{_score(value)}</b>{vs}")
+        if key == "accuracy" and _finite(value):  # a share of the prompts: percent, and its change in points
+            vs = f" ({(value - first) * 100:+.0f} points vs step {base['step']})" if shown else ""
+            head.append(f"accuracy <b>{value:.0%}</b>{vs}")
+        else:
+            vs = f" ({_signed(value - first)} vs step {base['step']})" if shown else ""
+            head.append(f"{key} <b>{_score(value)}</b>{vs}")
     fmt, fmt0 = (cur.get("task") or {}).get("format_compliance"), (base.get("task") or {}).get("format_compliance")
     if _finite(fmt):  # answers with a number inside <answer></answer> (tasks with reference answers)
         vs = f" ({(fmt - fmt0) * 100:+.0f} points vs step {base['step']})" if i > 0 and _finite(fmt0) else ""

@@ -217,6 +217,9 @@ def test_panel_shows_format_compliance_for_answers_with_a_reference():
                                  [1.0, 0.0], seconds=1.0) | {"reward": 0.5}]
     assert "format compliance <b>0%</b>" in probes_view.probes_html(evals, "0", {}, "running")
     assert "format compliance <b>100%</b> (+100 points vs step 0)" in probes_view.probes_html(evals, "latest", {}, "running")
+    # accuracy is a share of the prompts too: percent, and its change in points
+    evals[0]["task"]["accuracy"] = 0.0
+    assert "accuracy <b>50%</b> (+50 points vs step 0)" in probes_view.probes_html(evals, "latest", {}, "running")
     assert "format compliance" not in probes_view.probes_html(EVALS, "latest", {}, "running")  # TL;DR: no answers
 
 
