@@ -124,16 +124,45 @@ def change_markers(changes: list[dict]) -> list[tuple[int, str]]:
     """The markers a run's applied changes put on its charts: (step, label), one per step, the changes of a step
     joined. A row without a whole step (a damaged line) marks nothing.
 
+    A legend entry holds about MARKER_LABEL_CHARS characters; a longer list of changes keeps its first and counts
+    the rest (the Steer panel lists every change).
+
     >>> change_markers([{"step": 4, "setting": "temperature", "old": 0.9, "new": 0.7},
     ...                 {"step": 4, "setting": "beta", "old": 0.0, "new": 0.04}, {"setting": "beta"}])
     [(4, 'steered at 4: temp 0.9→0.7, beta 0→0.04')]
+    >>> change_markers([{"step": 6, "setting": f"weight/{n}", "old": 1.0, "new": 2.0}
+    ...                 for n in ("length_target", "token_diversity", "post_similarity")])
+    [(6, 'steered at 6: w(length_target) 1→2 +2 more')]
     """
     by_step: dict[int, list[str]] = {}
     for change in changes:
         step = change.get("step")
         if isinstance(step, int) and not isinstance(step, bool):
             by_step.setdefault(step, []).append(change_label(change))
-    return [(step, f"{MARKER_PREFIX}{step}: {', '.join(labels)}") for step, labels in sorted(by_step.items())]
+    return [(step, marker_label(step, labels)) for step, labels in sorted(by_step.items())]
+
+
+MARKER_LABEL_CHARS = 56  # about what a legend entry can hold before the row runs out
+
+
+def marker_label(step: int, labels: list[str]) -> str:
+    """A marker's series name, within MARKER_LABEL_CHARS where the changes allow.
+
+    >>> marker_label(3, ["w(a_very_long_reward_function_name_indeed_and_more) 1→0"])
+    'steered at 3: w(a_very_long_reward_function_name_i…) 1→0'
+    """
+    head = f"{MARKER_PREFIX}{step}: "
+    full = head + ", ".join(labels)
+    if len(full) <= MARKER_LABEL_CHARS:
+        return full
+    first = labels[0]
+    more = f" +{len(labels) - 1} more" if len(labels) > 1 else ""
+    room = MARKER_LABEL_CHARS - len(head) - len(more)
+    if len(first) > room and first.startswith("w(") and ") " in first:  # shorten the reward's name, keep the values
+        name, values = first[2:].split(") ", 1)
+        keep = max(room - len(values) - 5, 8)  # "w(", "…" and ") " around the name
+        first = f"w({name[:keep]}…) {values}" if len(name) > keep else first
+    return head + first + more
 
 
 def with_markers(frame: pd.DataFrame | None, markers: list[tuple[int, str]],

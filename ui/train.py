@@ -122,13 +122,13 @@ def build(ctx: TabContext) -> Tab:
                 progress_box = gr.HTML(views.progress_html(None, {}, [], None), elem_id="progress")
                 health = gr.HTML(elem_id="health")
                 steer = steer_panel.build()  # the run on screen's weights, temperature, learning rate and beta
-                with gr.Row():
-                    reward_plot = gr.LinePlot(None, x="step", y="value", color="series",
-                                              title="Train reward: total and per function (mean)", height=260,
-                                              elem_id="reward-plot")
-                    probe_plot = gr.LinePlot(None, x="step", y="value", color="series",
-                                             title="Held-out reward (probe prompts, greedy)", height=260,
-                                             elem_id="probe-plot")
+                # Full width each: their legends list every reward and each steering change in one row.
+                reward_plot = gr.LinePlot(None, x="step", y="value", color="series",
+                                          title="Train reward: total and per function (mean)", height=260,
+                                          elem_id="reward-plot")
+                probe_plot = gr.LinePlot(None, x="step", y="value", color="series",
+                                         title="Held-out reward (probe prompts, greedy)", height=260,
+                                         elem_id="probe-plot")
                 plots = {}
                 chart_items = list(charts.CHARTS.items())
                 for i in range(0, len(chart_items), 2):
