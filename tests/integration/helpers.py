@@ -59,6 +59,23 @@ def run(run_dir: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedP
                           text=True, timeout=timeout)
 
 
+def fake_trainer(run_dir, seconds: float = 120, finish: bool = True) -> list[str]:
+    """A stand-in trainer command that behaves like the trainer towards the status file: says it is running,
+    waits, obeys SIGTERM (writing "stopped"), and says "finished" after `seconds` when `finish`. It obeys
+    SIGTERM before it says it is running, so a Stop sent the moment it reads as running never meets the
+    default handler, and it lives long enough that a loaded machine's Stop still finds it running."""
+    code = (
+        "import os, signal, sys, time\n"
+        "from pipeline.run_folder import runs\n"
+        f"d = {str(run_dir)!r}\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (runs.write_status(d, 'stopped'), sys.exit(0)))\n"
+        "runs.write_status(d, 'running', pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()))\n"
+        f"time.sleep({seconds})\n"
+        + ("runs.write_status(d, 'finished')\n" if finish else "")
+    )
+    return [sys.executable, "-c", code]
+
+
 def poll(predicate, timeout: float = 20.0) -> bool:
     """True as soon as predicate() is, False after `timeout` seconds (checked every 0.1 s)."""
     deadline = time.time() + timeout

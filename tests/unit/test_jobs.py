@@ -10,7 +10,7 @@ import pytest
 from pipeline import runner
 from pipeline.run_folder import jobstate, run_files, runs
 from pipeline.setup.config import RunConfig
-from tests.integration.helpers import poll as _wait, stand_in
+from tests.integration.helpers import fake_trainer, poll as _wait, stand_in
 
 
 def _run_with_merged_model(label: str):
@@ -32,18 +32,6 @@ def _fake_evaluator(run_dir, seconds=30):
         f"    time.sleep({seconds})\n"
         "    job.finish('done', done=8, total=8)\n"
         "raise SystemExit(job.exit_code)\n"
-    )
-    return [sys.executable, "-c", code]
-
-
-def _fake_trainer(run_dir, seconds=30):
-    code = (
-        "import os, signal, sys, time\n"
-        "from pipeline.run_folder import runs\n"
-        f"d = {str(run_dir)!r}\n"
-        "runs.write_status(d, 'running', pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()))\n"
-        "signal.signal(signal.SIGTERM, lambda *a: (runs.write_status(d, 'stopped'), sys.exit(0)))\n"
-        f"time.sleep({seconds})\n"
     )
     return [sys.executable, "-c", code]
 
@@ -111,7 +99,7 @@ def test_the_trainer_reads_config_plus_overrides_and_writes_no_config(tmp_path):
 
 def test_evaluation_is_a_runner_job_one_per_run_and_stop_works(monkeypatch):
     stand_in(monkeypatch, "eval", lambda run_dir, limit=16: _fake_evaluator(run_dir))
-    stand_in(monkeypatch, "train", lambda run_dir, **kw: _fake_trainer(run_dir))
+    stand_in(monkeypatch, "train", lambda run_dir, **kw: fake_trainer(run_dir, seconds=30, finish=False))
     run_dir = _run_with_merged_model("eval-job")
     assert runner.start("eval", run_dir) == run_dir
     # Returned while the job runs (the fake evaluator takes 30 s): it launched a process, it did not wait.
@@ -139,7 +127,7 @@ def test_evaluation_is_a_runner_job_one_per_run_and_stop_works(monkeypatch):
 
 def test_evaluation_is_refused_while_a_training_runs_and_without_a_merged_model(monkeypatch):
     stand_in(monkeypatch, "eval", lambda run_dir, limit=16: _fake_evaluator(run_dir))
-    stand_in(monkeypatch, "train", lambda run_dir, **kw: _fake_trainer(run_dir))
+    stand_in(monkeypatch, "train", lambda run_dir, **kw: fake_trainer(run_dir, seconds=30, finish=False))
     bare = runs.new_run_dir("no-merged")
     runs.write_json_atomic(bare / "config.json", RunConfig().to_dict())
     runs.write_status(bare, "stopped")

@@ -7,7 +7,7 @@ import pytest
 from pipeline import runner
 from pipeline.run_folder import run_files, runs
 from pipeline.setup.config import RunConfig
-from tests.integration.helpers import stand_in
+from tests.integration.helpers import fake_trainer, stand_in
 
 
 def test_command_is_an_argument_list_and_scales_out(tmp_path):
@@ -20,30 +20,16 @@ def test_command_is_an_argument_list_and_scales_out(tmp_path):
     assert "'" in runner.command_preview(cmd)  # the space in the path is quoted for a shell
 
 
-def _fake_trainer(run_dir, seconds=30):
-    """A stand-in process that behaves like the trainer towards the status file (starts, waits, obeys SIGTERM)."""
-    code = (
-        "import signal, sys, time, os\n"
-        "from pipeline.run_folder import runs\n"
-        f"d = {str(run_dir)!r}\n"
-        "runs.write_status(d, 'running', pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()))\n"
-        "signal.signal(signal.SIGTERM, lambda *a: (runs.write_status(d, 'stopped'), sys.exit(0)))\n"
-        f"time.sleep({seconds})\n"
-        "runs.write_status(d, 'finished')\n"
-    )
-    return [sys.executable, "-c", code]
-
-
 def test_one_run_at_a_time_and_stop(monkeypatch):
     launched = []
 
     def fake_command(run_dir, **kw):
         launched.append(run_dir)
-        return _fake_trainer(run_dir)
+        return fake_trainer(run_dir)
 
     stand_in(monkeypatch, "train", fake_command)
     first = runner.start("train", cfg=RunConfig(), label="first")
-    deadline = time.time() + 20
+    deadline = time.time() + 60  # a loaded machine starts Python slowly
     while runs.read_status(first)["state"] != "running" and time.time() < deadline:
         time.sleep(0.1)
     assert runs.read_status(first)["state"] == "running"
@@ -200,7 +186,7 @@ def test_two_starts_at_once_start_one_run(own_runs, monkeypatch):
         return real_new_run_dir(label)
 
     monkeypatch.setattr(runs, "new_run_dir", slow_new_run_dir)
-    stand_in(monkeypatch, "train", lambda run_dir, **kw: _fake_trainer(run_dir))
+    stand_in(monkeypatch, "train", lambda run_dir, **kw: fake_trainer(run_dir))
     barrier = threading.Barrier(2)
     results: list = []
 
