@@ -6,9 +6,6 @@ Same algorithm, less work:
   Here each distinct prompt runs once, its key/value cache is repeated for its G rows, and only
   the completion runs per row; only completion positions go through the LM head. Log-probs and
   entropies equal TRL's up to float rounding, gradients included (tests/integration/test_engine.py).
-  That saves arithmetic, which is what a CPU step costs. On a GPU a step is bound by kernel launches instead,
-  and two passes per distinct prompt are launches that one forward of all rows avoids: there every row runs
-  prompt + completion at once (`batched_logps`; `logps_pass` picks).
 - Merged generation. Sampling from a PEFT model runs the LoRA branch beside every linear layer;
   folding the adapter into the weights for the duration of `generate` removes that cost. The
   base weights are restored exactly right after (below fp32 the merge goes into copies: see
@@ -74,87 +71,26 @@ def _token_scores(logits, targets, temperature: float, want_entropy: bool):
     return logps, (-(log_all.exp() * log_all).sum(-1) if want_entropy else None)
 
 
-def _chunked_scores(hidden, lm_head, targets, temperature: float, want_entropy: bool):
-    """Log-probs (and entropies) of positions flattened to hidden (n, h) and targets (n,), LM_HEAD_CHUNK
-    positions through the LM head at a time: one chunk's fp32 logits are the largest block."""
+def _completion_scores(hidden, lm_head, targets, valid, temperature: float, want_entropy: bool):
+    """Log-prob of each target token (and the entropy of its distribution) at the valid positions only."""
     import torch
 
-    lp_parts, ent_parts = [], []
-    for start in range(0, hidden.size(0), LM_HEAD_CHUNK):
-        lp, ent = _token_scores(lm_head(hidden[start:start + LM_HEAD_CHUNK]), targets[start:start + LM_HEAD_CHUNK],
-                                temperature, want_entropy)
-        lp_parts.append(lp)
-        ent_parts.append(ent)
-    return torch.cat(lp_parts), torch.cat(ent_parts) if want_entropy else None
-
-
-def _completion_scores(hidden, lm_head, targets, valid, temperature: float, want_entropy: bool, compact: bool = True):
-    """Log-prob of each target token (and the entropy of its distribution), zero where `valid` is False.
-
-    compact: only the valid positions go through the LM head. Picking them (boolean indexing, nonzero) waits for
-    the device, which costs nothing on the CPU. compact=False scores every position and masks the padded ones
-    after: no wait, at the price of scoring the padding; the log-probs then come back in fp32 (as TRL's)."""
-    if not compact:
-        lp, ent = _chunked_scores(hidden.reshape(-1, hidden.size(-1)), lm_head, targets.reshape(-1), temperature,
-                                  want_entropy)
-        return (lp.view(targets.shape).masked_fill(~valid, 0.0),
-                ent.view(targets.shape).masked_fill(~valid, 0.0) if want_entropy else None)
     logps = hidden.new_zeros(targets.shape)
     entropy = hidden.new_zeros(targets.shape) if want_entropy else None
     rows = valid.nonzero(as_tuple=False)
-    if rows.numel():
-        lp, ent = _chunked_scores(hidden[valid], lm_head, targets[valid], temperature, want_entropy)
-        logps = logps.index_put((rows[:, 0], rows[:, 1]), lp.to(logps.dtype))
-        if want_entropy:
-            entropy = entropy.index_put((rows[:, 0], rows[:, 1]), ent.to(entropy.dtype))
-    return logps, entropy
-
-
-def logps_pass(device_type: str) -> str:
-    """Which of the fast engine's log-prob passes suits a device: "shared" (each distinct prompt once, then its G
-    completions: the least arithmetic, for the CPU) or "batched" (every row's prompt + completion in one forward:
-    the fewest kernel launches, for a GPU, where launches and not arithmetic bound a step).
-
-    >>> logps_pass("cuda"), logps_pass("cpu")
-    ('batched', 'shared')
-    """
-    return "batched" if device_type == "cuda" else "shared"
-
-
-def batched_logps(model, input_ids, attention_mask, logits_to_keep: int, temperature: float, compute_entropy: bool,
-                  batch_size: int | None = None):
-    """Per-token log-probs (and entropies) of the last `logits_to_keep` tokens: one backbone forward over all rows
-    (prompt + completion, `batch_size` rows a forward when given, as TRL splits its scoring pass), then the
-    completion positions through the LM head in chunks of LM_HEAD_CHUNK positions.
-
-    Returns tensors shaped (rows, logits_to_keep), zero where the attention mask is 0, as shared_prompt_logps;
-    in fp32, as TRL's fused head. Positions are what transformers derives without position ids, as in TRL's
-    forward (padding counted), so the numbers are TRL's up to float rounding (tests/integration/test_engine.py).
-
-    Every completion position is scored and the padded ones masked after (`_completion_scores(compact=False)`):
-    picking the valid ones would make the host wait for the device once a call, and on a GPU the host running
-    ahead of the kernels is the point of this pass. It costs the LM head on the padding only; the memory bound
-    is the same chunk, and the blocks kept for backward are at most the B x C positions the estimate counts
-    (pipeline/setup/gpu_memory.py).
-    """
-    import torch
-
-    lm = causal_lm(model)
-    backbone = getattr(lm, lm.base_model_prefix)
-    lm_head = lm.get_output_embeddings()
-    step = batch_size or input_ids.size(0)
+    picked_hidden = hidden[valid]
+    picked_targets = targets[valid]
     lp_parts, ent_parts = [], []
-    for start in range(0, input_ids.size(0), step):  # one pass unless TRL asked for micro-batches
-        ids, mask = input_ids[start:start + step], attention_mask[start:start + step]
-        hidden = backbone(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-        # The output at position t predicts token t + 1: the last prompt token's scores the first completion token.
-        lp, ent = _completion_scores(hidden[:, -logits_to_keep - 1:-1], lm_head, ids[:, -logits_to_keep:],
-                                     mask[:, -logits_to_keep:].bool(), temperature, compute_entropy, compact=False)
+    for start in range(0, picked_hidden.size(0), LM_HEAD_CHUNK):
+        lp, ent = _token_scores(lm_head(picked_hidden[start:start + LM_HEAD_CHUNK]),
+                                picked_targets[start:start + LM_HEAD_CHUNK], temperature, want_entropy)
         lp_parts.append(lp)
         ent_parts.append(ent)
-    if len(lp_parts) == 1:
-        return lp_parts[0], ent_parts[0]
-    return torch.cat(lp_parts), torch.cat(ent_parts) if compute_entropy else None
+    if rows.numel():
+        logps = logps.index_put((rows[:, 0], rows[:, 1]), torch.cat(lp_parts).to(logps.dtype))
+        if want_entropy:
+            entropy = entropy.index_put((rows[:, 0], rows[:, 1]), torch.cat(ent_parts).to(entropy.dtype))
+    return logps, entropy
 
 
 def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep: int, temperature: float,

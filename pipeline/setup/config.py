@@ -271,9 +271,8 @@ class RunConfig:
     fast_engine: bool = field(
         default=True,
         metadata=_form("Fast engine (one process)",
-                       "One process: score each prompt once for its G completions (on a GPU, all rows in one "
-                       "batch) and sample with the adapter merged. Same log-probs as TRL's own path; off = TRL's "
-                       "path."),
+                       "One process: run each prompt once for its G completions and sample with the adapter "
+                       "merged. Same log-probs as TRL's own path, several times less work; off = TRL's path."),
     )
     generation_engine: str = field(
         default="auto",

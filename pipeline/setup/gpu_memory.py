@@ -11,11 +11,9 @@ A step has three phases that do not overlap in time, so the peak is the largest 
   log-prob computation, and (fp16 mixed precision) the fp16 copies of the weights that autocast keeps.
 The LoRA weights, gradients and Adam moments stay for the whole run.
 
-Checked against peaks measured on an H100 (tests/unit/test_gpu_memory.py; the runs without checkpointing scored
-each prompt once, the GPU's earlier log-prob pass, and the bf16 one now bounds the estimate from below). The
-weights, LoRA state and per-layer activation counts follow from what PyTorch keeps for the backward pass; the CUDA
-context, allocator slack, runtime buffers and 4-bit (QLoRA) terms are assumptions until docs/gpu.md's size table
-is measured.
+Checked against three peaks measured on an H100 (tests/unit/test_gpu_memory.py). The weights, LoRA state and
+per-layer activation counts follow from what PyTorch keeps for the backward pass; the CUDA context, allocator slack,
+runtime buffers and 4-bit (QLoRA) terms are assumptions until docs/gpu.md's size table is measured.
 """
 
 from __future__ import annotations
@@ -227,9 +225,8 @@ def estimate(shape: ModelShape, s: MemorySettings) -> MemoryEstimate:
     weight_bytes = {"bf16": 2, "fp16": 4, "fp32": 4}[precision]  # fp16 is mixed: the weights stay fp32
     lora_bytes = 2 if quantized else 4  # PEFT keeps LoRA in fp32; TRL casts it to bf16 under QLoRA
     # Which of the fast engine's paths run (pipeline/training/grpo_trainer.py, pipeline/models/engine.py): the merged sampling needs a
-    # LoRA it can fold into full-precision weights and no vLLM; its log-prob passes are off under gradient checkpointing
-    # (engine.fast_path_problem). On a GPU they run every row's prompt + completion in one forward, as TRL does
-    # (engine.batched_logps), and score the completion positions through the LM head in chunks of rows.
+    # LoRA it can fold into full-precision weights and no vLLM; the shared-prompt log-probs also need the key/value
+    # cache, which gradient checkpointing turns off.
     fast_sampling = s.fast_engine and not quantized and not s.vllm_bytes
     fast_logps = s.fast_engine and not quantized and not s.gradient_checkpointing
     notes = []
@@ -276,11 +273,14 @@ def estimate(shape: ModelShape, s: MemorySettings) -> MemoryEstimate:
     scoring = {}
     if s.beta > 0 or s.num_iterations > 1:
         scoring = dict(resident)
-        # the whole batch in one forward (one block's working memory at a time), then the LM head: the fast
-        # engine's chunk of rows in fp32 (logits, log-softmax, its exp), or TRL's fused head in tiles
-        head = (min(B * C, FAST_ENGINE_LM_HEAD_ROWS) * V * (act + 16) if fast_logps
-                else min(B * C, TRL_HEAD_TOKENS) * TRL_HEAD_VOCAB * act)
-        scoring["scoring pass (no gradients)"] = B * (P + C) * (3 * i + 4 * h) * act + head
+        if fast_logps:  # one group at a time: its prompt's cache repeated for G rows, then the G completions
+            rows = min(G * C, FAST_ENGINE_LM_HEAD_ROWS)
+            scoring["scoring pass (no gradients)"] = (G * P * L * 2 * shape.kv_dim * act
+                                                      + (P + G * (C + 1)) * (3 * i + 4 * h) * act
+                                                      + rows * V * (act + 16))
+        else:  # TRL: the whole batch in one forward, its fused LM head in tiles
+            scoring["scoring pass (no gradients)"] = (B * (P + C) * (3 * i + 4 * h) * act
+                                                      + min(B * C, TRL_HEAD_TOKENS) * TRL_HEAD_VOCAB * act)
 
     # Training: what one decoder block keeps for the backward pass, per token. Frozen linear layers keep nothing
     # (their input is only needed for a weight gradient); the LoRA branch keeps its input and dropout mask.
@@ -290,16 +290,21 @@ def estimate(shape: ModelShape, s: MemorySettings) -> MemoryEstimate:
                        # query head when there is padding) and its output
                        + lora_inputs * (act + (1 if s.lora_dropout > 0 else 0))  # LoRA input + dropout mask
                        + 3 * i * act)  # SwiGLU keeps the gate, its activation and the up projection
-    tokens = B * (P + C)  # every row runs prompt + completion (TRL, and the fast engine on a GPU)
+    if fast_logps:  # each prompt runs once for its G rows; the completions run per row
+        tokens = U * P + B * (C + 1)
+    else:  # TRL: every row runs prompt + completion
+        tokens = B * (P + C)
     if s.gradient_checkpointing:  # only each block's input is kept; one block is recomputed during backward
         activations = tokens * L * h * act + tokens * per_token_block
     else:
         activations = tokens * L * per_token_block
+        if fast_logps:  # the completion rows attend over their prompt: its keys and values, repeated per row
+            activations += B * P * L * 2 * shape.q_dim * act
     activations += tokens * h * 4 * 2  # fp32 gradients of the residual stream during backward
     training = dict(resident)
     training["activations (forward/backward)"] = activations
     if fast_logps:  # full fp32 logits per chunk of rows: log-softmax and its exp (entropy) kept for backward
-        rows = min(B * C, FAST_ENGINE_LM_HEAD_ROWS)
+        rows = min(G * C, FAST_ENGINE_LM_HEAD_ROWS)
         training["logits / log-softmax blocks"] = B * C * V * 4 * 2 + rows * V * (4 * 2 + act)
     else:  # TRL's fused head: the scored hidden states, a forward tile, and in backward a tile and fp32 gradients
         n = B * C
@@ -307,10 +312,13 @@ def estimate(shape: ModelShape, s: MemorySettings) -> MemoryEstimate:
                                                    + n * h * 4)
     if precision == "fp16" and not s.gradient_checkpointing:
         # autocast casts the frozen fp32 weights to fp16 at every call and the matmul keeps the copy for backward:
-        # one copy per forward pass, and the fast engine's LM head one per chunk of rows (TRL's fused head none).
-        head_chunks = -(-B * C // FAST_ENGINE_LM_HEAD_ROWS) if fast_logps else 0
-        training["fp16 copies of the weights (autocast)"] = (shape.linear_parameters() * 2
-                                                             + head_chunks * V * h * 2)
+        # one copy per forward pass. The fast engine runs two passes per distinct prompt (prompt, completions).
+        passes = 2 * U if fast_logps else 1
+        training["fp16 copies of the weights (autocast)"] = (passes * shape.linear_parameters() * 2
+                                                             + (U if fast_logps else 0) * V * h * 2)
+        if fast_logps and U > 1:
+            notes.append(f"fp16 mixed precision with the fast engine keeps {passes} fp16 copies of the weights "
+                         "until backward; bf16 or gradient checkpointing avoids them")
 
     phases = {"generating": generation, "training": training}
     if scoring:
@@ -375,7 +383,7 @@ def suggestions(shape: ModelShape, s: MemorySettings, bf16_ok: bool = True) -> l
         changes.append((f"shorter completions (Max completion tokens {C // 2})", {"completion_tokens": C // 2}))
     if s.static_generation and s.fast_engine and not s.load_in_4bit and not s.gradient_checkpointing:
         changes.append(("Generation engine: eager", {"static_generation": False}))
-    if s.fast_engine and not s.load_in_4bit:  # its merged sampling copy, and its LM head's fp32 blocks
+    if s.fast_engine and not s.load_in_4bit:  # its merged sampling copy, and under fp16 its per-prompt passes
         changes.append(("turn off Fast engine", {"fast_engine": False}))
     out = []
     for label, change in changes:

@@ -100,16 +100,11 @@ def make_trainer_class():
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                                batch_size=None, compute_entropy=False, compute_aux_loss=False,
                                                **extra):
-            # The fast engine's pass (pipeline/models/engine.py); TRL's path otherwise. On the CPU each distinct
-            # prompt runs once for its G completions; on a GPU every row runs in one forward (engine.logps_pass).
+            # Each distinct prompt runs once for its G completions (pipeline/models/engine.py); TRL's path otherwise.
             if self.studio_fast and engine.fast_path_problem(model, extra, compute_aux_loss) is None:
                 with self.accelerator.autocast():
-                    if engine.logps_pass(input_ids.device.type) == "batched":
-                        logps, entropy = engine.batched_logps(model, input_ids, attention_mask, logits_to_keep,
-                                                              self.temperature, compute_entropy, batch_size)
-                    else:
-                        logps, entropy = engine.shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep,
-                                                                    self.temperature, compute_entropy)
+                    logps, entropy = engine.shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep,
+                                                                self.temperature, compute_entropy)
                 return logps, entropy, None
             if (self.accelerator.device.type == "cpu" and not compute_aux_loss
                     and all(v is None for v in extra.values())):

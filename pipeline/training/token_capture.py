@@ -2,7 +2,7 @@
 step's completions, kept for the rows the group inspector shows and written to tokens.jsonl (pipeline/token_log.py).
 
 The values are the trainer's own: `_get_per_token_logps_and_entropies`, called by TRL's loss with
-compute_entropy=True (a fast engine pass of pipeline/models/engine.py, or TRL's), is wrapped and its result read.
+compute_entropy=True (the shared-prompt path of pipeline/engine.py, or TRL's), is wrapped and its result read.
 Rows reach the loss shuffled and split into micro-batches (gradient accumulation), each process its own share:
 every row carries its place in the generation batch (`ROW_KEY`), the order of groups.jsonl. With several
 iterations per batch (num_iterations > 1), a row's first loss pass is kept: the policy that sampled it.

@@ -15,46 +15,15 @@ QWEN_7B = KNOWN_SHAPES["Qwen/Qwen2.5-7B-Instruct"]
 # Peaks measured on an H100 (bench/results/gpu-device-check-2026-11-24.txt): random weights of the bundled model's
 # shape, G=4, batch 8, 32 completion tokens, the pipeline's default LoRA (r=8, all-linear, dropout 0.05), beta 0.04,
 # fast engine, the bundled TL;DR prompts (the longest is 251 tokens with the bundled tokenizer).
-MEASURED = dict(num_generations=4, batch_size=8, completion_tokens=32, prompt_tokens=251)
-
-
-def test_estimate_is_within_a_quarter_of_the_h100_peak_with_checkpointing():
-    """Under checkpointing the fast engine's log-prob passes are off: the run measured then is the run of today."""
-    settings = MemorySettings(precision="bf16", gradient_checkpointing=True, **MEASURED)
+@pytest.mark.parametrize("change, measured_gib", [
+    ({"precision": "bf16"}, 1.35),
+    ({"precision": "fp16"}, 2.54),  # mixed precision: fp32 weights
+    ({"precision": "bf16", "gradient_checkpointing": True}, 0.60),
+])
+def test_estimate_is_within_a_quarter_of_the_h100_peaks(change, measured_gib):
+    settings = MemorySettings(num_generations=4, batch_size=8, completion_tokens=32, prompt_tokens=251, **change)
     predicted = estimate(SMOLLM2, settings).allocated / GIB
-    assert abs(predicted - 0.60) / 0.60 < 0.25, predicted
-
-
-def test_without_checkpointing_the_estimate_is_above_the_peak_of_the_per_prompt_pass():
-    """The bf16 run without checkpointing (1.35 GiB) scored each distinct prompt once for its G rows; a GPU now runs
-    every row's prompt + completion (engine.batched_logps), which keeps all that run kept and the prompt activations
-    of G - 1 more rows: its peak bounds the estimate from below until the batched pass is measured. (The fp16 run,
-    2.54 GiB, is no bound: that pass also kept two fp16 weight copies per prompt where the batched one keeps one.)"""
-    predicted = estimate(SMOLLM2, MemorySettings(precision="bf16", **MEASURED)).allocated / GIB
-    assert predicted > 1.35, predicted
-
-
-def test_the_fast_engine_on_a_gpu_runs_every_row_like_trl():
-    """The batched pass runs B x (P + C) tokens, as TRL's: the same activations and scoring forward; only the LM
-    head differs (fp32 blocks in chunks of rows, one fp16 copy of the head per chunk under fp16 mixed precision)."""
-    from pipeline.setup.gpu_memory import FAST_ENGINE_LM_HEAD_ROWS
-
-    base = MemorySettings(precision="fp16", num_generations=8, batch_size=16, completion_tokens=128, prompt_tokens=200)
-    fast, trl = (estimate(QWEN_7B, MemorySettings(**{**base.__dict__, "fast_engine": on})) for on in (True, False))
-    key = "activations (forward/backward)"
-    assert fast.phases["training"][key] == trl.phases["training"][key]
-    B, C, V, h = 16, 128, QWEN_7B.vocab, QWEN_7B.hidden
-    chunks = -(-B * C // FAST_ENGINE_LM_HEAD_ROWS)
-    assert chunks == 2
-    copies = "fp16 copies of the weights (autocast)"
-    assert fast.phases["training"][copies] == QWEN_7B.linear_parameters() * 2 + chunks * V * h * 2
-    assert trl.phases["training"][copies] == QWEN_7B.linear_parameters() * 2
-    assert fast.phases["training"]["logits / log-softmax blocks"] == (B * C * V * 8
-                                                                      + FAST_ENGINE_LM_HEAD_ROWS * V * (8 + 2))
-    head = "scoring pass (no gradients)"
-    forward = B * (200 + C) * (3 * QWEN_7B.intermediate + 4 * h) * 2
-    assert fast.phases["scoring the reference"][head] == forward + FAST_ENGINE_LM_HEAD_ROWS * V * (2 + 16)
-    assert not fast.notes
+    assert abs(predicted - measured_gib) / measured_gib < 0.25, (predicted, measured_gib)
 
 
 def test_the_weights_dominate_a_7b_run_and_scale_with_precision_and_4_bit():
@@ -73,10 +42,8 @@ def test_activations_grow_with_batch_and_completions_and_shrink_with_checkpointi
     base = MemorySettings(precision="bf16", completion_tokens=256, num_generations=8, batch_size=16, prompt_tokens=200)
     acts = lambda **kw: estimate(QWEN_7B, MemorySettings(**{**base.__dict__, **kw})).phases["training"][
         "activations (forward/backward)"]
-    # every row runs its prompt and its completion (TRL, and the fast engine on a GPU): B x (P + C) tokens
-    assert acts(batch_size=32) == pytest.approx(2 * acts(), rel=1e-9)
-    assert acts(completion_tokens=512) == pytest.approx((200 + 512) / (200 + 256) * acts(), rel=1e-9)
-    assert acts(prompt_tokens=400) == pytest.approx((400 + 256) / (200 + 256) * acts(), rel=1e-9)
+    assert acts(batch_size=32) > 1.8 * acts()
+    assert acts(completion_tokens=512) > 1.8 * acts()
     assert acts(gradient_checkpointing=True) < acts() / 5
 
 

@@ -87,29 +87,21 @@ def logps_by_hand(model, input_ids, mask, keep, temperature):
 
 
 class EngineSpy:
-    """Counts the engine calls and records the temperature each shared-prompt log-prob call got, and the
-    (temperature, batch_size) of each batched one."""
+    """Counts the engine calls and records the temperature each log-prob call got."""
 
     def __init__(self, monkeypatch):
-        self.temperatures, self.batched, self.samples = [], [], 0
+        self.temperatures, self.samples = [], 0
         real_logps, real_generate = engine.shared_prompt_logps, engine.generate_shared_prefill
-        real_batched = engine.batched_logps
 
         def logps(model, input_ids, attention_mask, logits_to_keep, temperature, compute_entropy):
             self.temperatures.append(temperature)
             return real_logps(model, input_ids, attention_mask, logits_to_keep, temperature, compute_entropy)
-
-        def batched(model, input_ids, attention_mask, logits_to_keep, temperature, compute_entropy, batch_size=None):
-            self.batched.append((temperature, batch_size))
-            return real_batched(model, input_ids, attention_mask, logits_to_keep, temperature, compute_entropy,
-                                batch_size)
 
         def generate(*args, **kwargs):
             self.samples += 1
             return real_generate(*args, **kwargs)
 
         monkeypatch.setattr(engine, "shared_prompt_logps", logps)
-        monkeypatch.setattr(engine, "batched_logps", batched)
         monkeypatch.setattr(engine, "generate_shared_prefill", generate)
 
 
@@ -135,45 +127,6 @@ def test_the_configs_temperature_reaches_the_engines_log_probs(tmp_path, monkeyp
     assert torch.allclose(fast[valid], at_07[valid], atol=1e-4), (fast - at_07)[valid].abs().max()
     assert torch.allclose(fast[valid], trl[valid], atol=1e-4), (fast - trl)[valid].abs().max()
     assert torch.allclose(fast_entropy[valid], trl_entropy[valid], atol=1e-4)
-
-
-def test_on_a_gpu_the_trainer_scores_every_row_in_one_batched_pass(tmp_path, monkeypatch):
-    """On a GPU a step is bound by kernel launches: the trainer's hook runs the batched pass there (one forward of
-    all rows), the shared-prompt one on the CPU. The device rule (engine.logps_pass) is asked about the tensors'
-    device and made to answer as for "cuda"; the tensors stay on the CPU. Log-probs, entropies and LoRA gradients
-    must be TRL's own, in one forward or in TRL's micro-batches."""
-    spy = EngineSpy(monkeypatch)
-    trainer = studio_trainer(tmp_path, temperature=0.7)
-    model = trainer.model
-    input_ids, mask, keep = batch()
-    valid = mask[:, -keep:].bool()
-    lora = [p for name, p in model.named_parameters() if "lora_" in name]
-
-    def scored(**kwargs):
-        model.zero_grad()
-        logps, entropy, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, mask, keep,
-                                                                        compute_entropy=True, **kwargs)
-        ((logps * valid).sum() + (entropy * valid).sum()).backward()
-        return logps.detach(), entropy.detach(), [p.grad.clone() for p in lora]
-
-    scored()  # on the CPU: the shared-prompt pass
-    assert spy.temperatures == [0.7] and spy.batched == []
-
-    asked, real_rule = [], engine.logps_pass
-    monkeypatch.setattr(engine, "logps_pass", lambda device_type: (asked.append(device_type), real_rule("cuda"))[1])
-    ours = scored()
-    micro = scored(batch_size=4)
-    assert asked == ["cpu", "cpu"] and spy.batched == [(0.7, None), (0.7, 4)] and spy.temperatures == [0.7]
-    trainer.studio_fast = False
-    trls = scored()
-    for mine in (ours, micro):
-        assert mine[0].dtype == torch.float32 and mine[0].shape == trls[0].shape == (6, keep)
-        assert torch.allclose(mine[0][valid], trls[0][valid], atol=1e-4), (mine[0] - trls[0])[valid].abs().max()
-        assert torch.allclose(mine[1][valid], trls[1][valid], atol=1e-4), (mine[1] - trls[1])[valid].abs().max()
-        assert (mine[0][~valid] == 0).all() and (mine[1][~valid] == 0).all()
-        for g, theirs in zip(mine[2], trls[2]):
-            assert torch.allclose(g, theirs, atol=1e-5, rtol=1e-4), (g - theirs).abs().max()
-    assert max(g.abs().max().item() for g in ours[2]) > 1e-3  # the gradients are not all zero
 
 
 def test_on_the_cpu_trls_pass_uses_the_plain_lm_head_with_the_same_values_and_gradients(tmp_path, monkeypatch):
