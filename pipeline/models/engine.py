@@ -6,6 +6,8 @@ Same algorithm, less work:
   Here each distinct prompt runs once, its key/value cache is repeated for its G rows, and only
   the completion runs per row; only completion positions go through the LM head. Log-probs and
   entropies equal TRL's up to float rounding, gradients included (tests/integration/test_engine.py).
+  That saves arithmetic, which is what a CPU step costs; on a GPU, where launches cost, TRL's own pass runs
+  (`logps_pass`).
 - Merged generation. Sampling from a PEFT model runs the LoRA branch beside every linear layer;
   folding the adapter into the weights for the duration of `generate` removes that cost. The
   base weights are restored exactly right after (below fp32 the merge goes into copies: see
@@ -35,6 +37,18 @@ def causal_lm(model):
     if hasattr(inner, "get_base_model"):
         inner = inner.get_base_model()
     return inner if hasattr(inner, "get_output_embeddings") else None
+
+
+def logps_pass(device_type: str) -> str:
+    """Whose log-prob pass a step runs on a device: "shared" (this module's: each distinct prompt once, then its G
+    completions, the least arithmetic, which is what a CPU step costs) or "trl" (TRL's: every row in one forward
+    and its fused Triton LM head, which keeps no vocabulary-sized block for the backward pass; on a GPU a step is
+    bound by kernel launches, and two forwards per distinct prompt would only add launches).
+
+    >>> logps_pass("cpu"), logps_pass("cuda")
+    ('shared', 'trl')
+    """
+    return "shared" if device_type == "cpu" else "trl"
 
 
 def fast_path_problem(model, extra_inputs: dict, compute_aux_loss: bool) -> str | None:

@@ -271,8 +271,9 @@ class RunConfig:
     fast_engine: bool = field(
         default=True,
         metadata=_form("Fast engine (one process)",
-                       "One process: run each prompt once for its G completions and sample with the adapter "
-                       "merged. Same log-probs as TRL's own path, several times less work; off = TRL's path."),
+                       "One process: sample with the adapter merged into the weights (static decoding on a GPU) "
+                       "and, on the CPU, score each prompt once for its G completions. Same numbers as TRL's own "
+                       "path, less work; off = TRL's path."),
     )
     generation_engine: str = field(
         default="auto",

@@ -11,9 +11,9 @@ A step has three phases that do not overlap in time, so the peak is the largest 
   log-prob computation, and (fp16 mixed precision) the fp16 copies of the weights that autocast keeps.
 The LoRA weights, gradients and Adam moments stay for the whole run.
 
-Checked against three peaks measured on an H100 (tests/unit/test_gpu_memory.py). The weights, LoRA state and
+Checked against peaks measured on an H100 and an H200 (tests/unit/test_gpu_memory.py). The weights, LoRA state and
 per-layer activation counts follow from what PyTorch keeps for the backward pass; the CUDA context, allocator slack,
-runtime buffers and 4-bit (QLoRA) terms are assumptions until docs/gpu.md's size table is measured.
+runtime buffers and 4-bit (QLoRA) terms are assumptions until docs/gpu.md's size table is complete.
 """
 
 from __future__ import annotations
@@ -28,9 +28,6 @@ GIB, MIB = 2 ** 30, 2 ** 20
 # The linear layers of one decoder block of a Llama/Qwen2-style model, as PEFT names them.
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
-# Rows of completion positions the fast engine scores through the LM head at once (pipeline/models/engine.py:
-# LM_HEAD_CHUNK; kept here as a number so this module imports nothing heavy).
-FAST_ENGINE_LM_HEAD_ROWS = 1024
 # TRL's fused LM head (trl/kernels/chunked_logprob.py): tiles of up to 4096 positions x 32768 vocabulary entries.
 TRL_HEAD_TOKENS, TRL_HEAD_VOCAB = 4096, 32768
 
@@ -224,11 +221,10 @@ def estimate(shape: ModelShape, s: MemorySettings) -> MemoryEstimate:
     act = 4 if precision == "fp32" else 2  # bytes of an activation: autocast's dtype, or fp32 without it
     weight_bytes = {"bf16": 2, "fp16": 4, "fp32": 4}[precision]  # fp16 is mixed: the weights stay fp32
     lora_bytes = 2 if quantized else 4  # PEFT keeps LoRA in fp32; TRL casts it to bf16 under QLoRA
-    # Which of the fast engine's paths run (pipeline/training/grpo_trainer.py, pipeline/models/engine.py): the merged sampling needs a
-    # LoRA it can fold into full-precision weights and no vLLM; the shared-prompt log-probs also need the key/value
-    # cache, which gradient checkpointing turns off.
+    # The fast engine's merged sampling (pipeline/training/grpo_trainer.py, pipeline/models/engine.py) needs a LoRA it
+    # can fold into full-precision weights and no vLLM. On a GPU the log-prob passes are TRL's own in every case
+    # (engine.logps_pass): one forward of every row and its fused LM head in tiles.
     fast_sampling = s.fast_engine and not quantized and not s.vllm_bytes
-    fast_logps = s.fast_engine and not quantized and not s.gradient_checkpointing
     notes = []
 
     # Resident for the whole run.
@@ -273,14 +269,9 @@ def estimate(shape: ModelShape, s: MemorySettings) -> MemoryEstimate:
     scoring = {}
     if s.beta > 0 or s.num_iterations > 1:
         scoring = dict(resident)
-        if fast_logps:  # one group at a time: its prompt's cache repeated for G rows, then the G completions
-            rows = min(G * C, FAST_ENGINE_LM_HEAD_ROWS)
-            scoring["scoring pass (no gradients)"] = (G * P * L * 2 * shape.kv_dim * act
-                                                      + (P + G * (C + 1)) * (3 * i + 4 * h) * act
-                                                      + rows * V * (act + 16))
-        else:  # TRL: the whole batch in one forward, its fused LM head in tiles
-            scoring["scoring pass (no gradients)"] = (B * (P + C) * (3 * i + 4 * h) * act
-                                                      + min(B * C, TRL_HEAD_TOKENS) * TRL_HEAD_VOCAB * act)
+        # TRL: the whole batch in one forward, its fused LM head in tiles
+        scoring["scoring pass (no gradients)"] = (B * (P + C) * (3 * i + 4 * h) * act
+                                                  + min(B * C, TRL_HEAD_TOKENS) * TRL_HEAD_VOCAB * act)
 
     # Training: what one decoder block keeps for the backward pass, per token. Frozen linear layers keep nothing
     # (their input is only needed for a weight gradient); the LoRA branch keeps its input and dropout mask.
@@ -290,35 +281,21 @@ def estimate(shape: ModelShape, s: MemorySettings) -> MemoryEstimate:
                        # query head when there is padding) and its output
                        + lora_inputs * (act + (1 if s.lora_dropout > 0 else 0))  # LoRA input + dropout mask
                        + 3 * i * act)  # SwiGLU keeps the gate, its activation and the up projection
-    if fast_logps:  # each prompt runs once for its G rows; the completions run per row
-        tokens = U * P + B * (C + 1)
-    else:  # TRL: every row runs prompt + completion
-        tokens = B * (P + C)
+    tokens = B * (P + C)  # TRL: every row runs prompt + completion
     if s.gradient_checkpointing:  # only each block's input is kept; one block is recomputed during backward
         activations = tokens * L * h * act + tokens * per_token_block
     else:
         activations = tokens * L * per_token_block
-        if fast_logps:  # the completion rows attend over their prompt: its keys and values, repeated per row
-            activations += B * P * L * 2 * shape.q_dim * act
     activations += tokens * h * 4 * 2  # fp32 gradients of the residual stream during backward
     training = dict(resident)
     training["activations (forward/backward)"] = activations
-    if fast_logps:  # full fp32 logits per chunk of rows: log-softmax and its exp (entropy) kept for backward
-        rows = min(G * C, FAST_ENGINE_LM_HEAD_ROWS)
-        training["logits / log-softmax blocks"] = B * C * V * 4 * 2 + rows * V * (4 * 2 + act)
-    else:  # TRL's fused head: the scored hidden states, a forward tile, and in backward a tile and fp32 gradients
-        n = B * C
-        training["logits / log-softmax blocks"] = (n * h * act + 2 * min(n, TRL_HEAD_TOKENS) * TRL_HEAD_VOCAB * act
-                                                   + n * h * 4)
+    # TRL's fused head: the scored hidden states, a forward tile, and in backward a tile and fp32 gradients
+    n = B * C
+    training["logits / log-softmax blocks"] = (n * h * act + 2 * min(n, TRL_HEAD_TOKENS) * TRL_HEAD_VOCAB * act
+                                               + n * h * 4)
     if precision == "fp16" and not s.gradient_checkpointing:
-        # autocast casts the frozen fp32 weights to fp16 at every call and the matmul keeps the copy for backward:
-        # one copy per forward pass. The fast engine runs two passes per distinct prompt (prompt, completions).
-        passes = 2 * U if fast_logps else 1
-        training["fp16 copies of the weights (autocast)"] = (passes * shape.linear_parameters() * 2
-                                                             + (U if fast_logps else 0) * V * h * 2)
-        if fast_logps and U > 1:
-            notes.append(f"fp16 mixed precision with the fast engine keeps {passes} fp16 copies of the weights "
-                         "until backward; bf16 or gradient checkpointing avoids them")
+        # autocast casts the frozen fp32 weights to fp16 at every call and the matmul keeps the copy for backward
+        training["fp16 copies of the weights (autocast)"] = shape.linear_parameters() * 2
 
     phases = {"generating": generation, "training": training}
     if scoring:
@@ -381,9 +358,9 @@ def suggestions(shape: ModelShape, s: MemorySettings, bf16_ok: bool = True) -> l
         changes.append((f"Batch {B // 2} ({B // 2 // G} prompt(s) a step)", {"batch_size": B // 2}))
     if C >= 64:
         changes.append((f"shorter completions (Max completion tokens {C // 2})", {"completion_tokens": C // 2}))
-    if s.static_generation and s.fast_engine and not s.load_in_4bit and not s.gradient_checkpointing:
+    if s.static_generation and s.fast_engine and not s.load_in_4bit and not s.vllm_bytes:
         changes.append(("Generation engine: eager", {"static_generation": False}))
-    if s.fast_engine and not s.load_in_4bit:  # its merged sampling copy, and under fp16 its per-prompt passes
+    if s.fast_engine and not s.load_in_4bit:  # its merged sampling copy
         changes.append(("turn off Fast engine", {"fast_engine": False}))
     out = []
     for label, change in changes:

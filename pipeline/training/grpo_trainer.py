@@ -100,8 +100,10 @@ def make_trainer_class():
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                                batch_size=None, compute_entropy=False, compute_aux_loss=False,
                                                **extra):
-            # Each distinct prompt runs once for its G completions (pipeline/models/engine.py); TRL's path otherwise.
-            if self.studio_fast and engine.fast_path_problem(model, extra, compute_aux_loss) is None:
+            # On the CPU each distinct prompt runs once for its G completions (pipeline/models/engine.py); TRL's path
+            # otherwise, and always on a GPU (engine.logps_pass).
+            if (self.studio_fast and engine.logps_pass(input_ids.device.type) == "shared"
+                    and engine.fast_path_problem(model, extra, compute_aux_loss) is None):
                 with self.accelerator.autocast():
                     logps, entropy = engine.shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep,
                                                                 self.temperature, compute_entropy)

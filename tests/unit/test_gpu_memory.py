@@ -1,6 +1,8 @@
 """The GPU memory estimate (pipeline/setup/gpu_memory.py) and the pre-flight check built on it, with pretend cards:
 no GPU needed."""
 
+import dataclasses
+
 import pytest
 
 from pipeline.setup.config import RunConfig
@@ -15,15 +17,52 @@ QWEN_7B = KNOWN_SHAPES["Qwen/Qwen2.5-7B-Instruct"]
 # Peaks measured on an H100 (bench/results/gpu-device-check-2026-11-24.txt): random weights of the bundled model's
 # shape, G=4, batch 8, 32 completion tokens, the pipeline's default LoRA (r=8, all-linear, dropout 0.05), beta 0.04,
 # fast engine, the bundled TL;DR prompts (the longest is 251 tokens with the bundled tokenizer).
-@pytest.mark.parametrize("change, measured_gib", [
-    ({"precision": "bf16"}, 1.35),
-    ({"precision": "fp16"}, 2.54),  # mixed precision: fp32 weights
-    ({"precision": "bf16", "gradient_checkpointing": True}, 0.60),
-])
-def test_estimate_is_within_a_quarter_of_the_h100_peaks(change, measured_gib):
-    settings = MemorySettings(num_generations=4, batch_size=8, completion_tokens=32, prompt_tokens=251, **change)
-    predicted = estimate(SMOLLM2, settings).allocated / GIB
-    assert abs(predicted - measured_gib) / measured_gib < 0.25, (predicted, measured_gib)
+H100 = MemorySettings(num_generations=4, batch_size=8, completion_tokens=32, prompt_tokens=251, static_generation=False)
+
+
+def test_estimate_is_within_a_quarter_of_the_h100_checkpointing_peak():
+    predicted = estimate(SMOLLM2, dataclasses.replace(H100, gradient_checkpointing=True)).allocated / GIB
+    assert abs(predicted - 0.60) / 0.60 < 0.25, predicted
+
+
+@pytest.mark.parametrize("precision, measured_gib", [("bf16", 1.35), ("fp16", 2.54)])
+def test_the_h100_peaks_without_checkpointing_bound_the_estimate_from_below(precision, measured_gib):
+    """Those two runs scored log-probs with the fast engine's shared-prompt pass (each prompt once for its G rows).
+    A GPU now runs TRL's pass, which runs every row's prompt and keeps more for the backward pass: until that is
+    measured, those peaks are a floor for the estimate, not a target."""
+    predicted = estimate(SMOLLM2, dataclasses.replace(H100, precision=precision)).allocated / GIB
+    assert measured_gib <= predicted < 2.5 * measured_gib, predicted
+
+
+# Peaks measured on an H200 (bench/results/gpu-device-check-2026-11-26-c.txt): random weights, bf16, gradient
+# checkpointing on, the presets' settings, the longest TL;DR prompt 251 tokens. They sampled with `generate` (static
+# decoding was then off under checkpointing, and the GSM8K preset turned the fast engine off).
+H200_ROWS = [
+    ("HuggingFaceTB/SmolLM2-135M-Instruct", "GPU standard", 0.94),
+    ("Qwen/Qwen2.5-0.5B-Instruct", "GPU standard", 2.54),
+    ("Qwen/Qwen2.5-1.5B-Instruct", "GPU standard", 5.74),
+    ("Qwen/Qwen2.5-7B-Instruct", "GPU standard", 27.22),
+    ("HuggingFaceTB/SmolLM2-135M-Instruct", "GSM8K on GPU: Qwen2.5-0.5B-Instruct", 2.52),
+    ("Qwen/Qwen2.5-0.5B-Instruct", "GSM8K on GPU: Qwen2.5-0.5B-Instruct", 5.23),
+    ("Qwen/Qwen2.5-1.5B-Instruct", "GSM8K on GPU: Qwen2.5-0.5B-Instruct", 9.90),
+]
+
+
+@pytest.mark.parametrize("model, preset, measured_gib", H200_ROWS)
+def test_estimate_against_the_h200_size_table(model, preset, measured_gib):
+    """Within a quarter of every measured row but the smallest model's GPU-standard one, which it overestimates
+    (1.41 against 0.94 GiB): an estimate that errs there errs towards refusing, never towards an out-of-memory."""
+    from pipeline.setup.presets import PRESETS
+
+    settings = {k: v for k, v in PRESETS[preset].items() if k not in ("model", "dataset", "rewards", "use_vllm")}
+    cfg = RunConfig(**{**settings, "gradient_checkpointing": True})
+    ran = {"static_generation": False, "fast_engine": preset == "GPU standard"}
+    predicted = estimate(KNOWN_SHAPES[model],
+                         dataclasses.replace(settings_from_config(cfg, "bf16", 251), **ran)).allocated / GIB
+    if (model, preset) == ("HuggingFaceTB/SmolLM2-135M-Instruct", "GPU standard"):
+        assert measured_gib < predicted < 1.6 * measured_gib, predicted
+    else:
+        assert abs(predicted - measured_gib) / measured_gib < 0.25, predicted
 
 
 def test_the_weights_dominate_a_7b_run_and_scale_with_precision_and_4_bit():
@@ -42,8 +81,8 @@ def test_activations_grow_with_batch_and_completions_and_shrink_with_checkpointi
     base = MemorySettings(precision="bf16", completion_tokens=256, num_generations=8, batch_size=16, prompt_tokens=200)
     acts = lambda **kw: estimate(QWEN_7B, MemorySettings(**{**base.__dict__, **kw})).phases["training"][
         "activations (forward/backward)"]
-    assert acts(batch_size=32) > 1.8 * acts()
-    assert acts(completion_tokens=512) > 1.8 * acts()
+    assert acts(batch_size=32) == pytest.approx(2 * acts())  # every row runs prompt + completion
+    assert acts(completion_tokens=512) == pytest.approx((200 + 512) / (200 + 256) * acts())
     assert acts(gradient_checkpointing=True) < acts() / 5
 
 

@@ -129,6 +129,25 @@ def test_the_configs_temperature_reaches_the_engines_log_probs(tmp_path, monkeyp
     assert torch.allclose(fast_entropy[valid], trl_entropy[valid], atol=1e-4)
 
 
+def test_on_a_gpu_the_log_prob_passes_are_trls_own(tmp_path, monkeypatch):
+    """The shared-prompt pass saves arithmetic, what a CPU step costs; on a GPU launches cost, and TRL's pass (one
+    forward of every row, its fused LM head) is the one to run. The rule is asked about the tensors' device; told
+    "cuda", the hook leaves the shared pass alone (here on the CPU, TRL's pass then runs through the model's own
+    LM head) and gives TRL's numbers."""
+    spy = EngineSpy(monkeypatch)
+    trainer = studio_trainer(tmp_path, temperature=0.7)
+    input_ids, mask, keep = batch()
+    valid = mask[:, -keep:].bool()
+    with torch.no_grad():
+        shared, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, input_ids, mask, keep)
+        assert spy.temperatures == [0.7]  # the CPU: the shared pass
+        asked, real_rule = [], engine.logps_pass
+        monkeypatch.setattr(engine, "logps_pass", lambda device_type: (asked.append(device_type), real_rule("cuda"))[1])
+        as_on_gpu, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, input_ids, mask, keep)
+    assert asked == ["cpu"] and spy.temperatures == [0.7]  # as on a GPU: not the shared pass
+    assert torch.allclose(as_on_gpu[valid], shared[valid], atol=1e-4)
+
+
 def test_on_the_cpu_trls_pass_uses_the_plain_lm_head_with_the_same_values_and_gradients(tmp_path, monkeypatch):
     """Where the engine does not apply (here: two processes), the CPU scores through the model's own LM head
     instead of TRL's chunked one (several times slower there). Log-probs, entropies and the LoRA gradients they
