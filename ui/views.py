@@ -67,7 +67,10 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
     elapsed = last.get("elapsed")
     eta = last.get("eta_seconds") if state == "running" else 0
     color = STATE_COLORS.get(state, "#6b7280")
-    detail = "loading the model and the first group..." if state in ("queued", "running") and not rows else ""
+    detail = ""
+    if state in ("queued", "running") and not rows:
+        detail = ("sampling the first group (it compiles the decoding step first: up to a minute)..."
+                  if status.get("generation") == "static" else "loading the model and the first group...")
     error = (f"<div class='gs-error'><b>Error:</b> {html.escape(str(status.get('error')))}</div>"
              if state in ("failed", "damaged") and status.get("error") else "")
     if problems:
