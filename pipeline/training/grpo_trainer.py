@@ -35,6 +35,32 @@ class StepClock:
         self.generations = 0
         self.steps_done_this_session = 0
         self.session_step_seconds = 0.0
+        self.first_step_seconds: float | None = None
+        self.last_step_seconds = 0.0
+
+    def add_step(self, seconds: float) -> None:
+        if self.steps_done_this_session == 0:
+            self.first_step_seconds = seconds
+        self.steps_done_this_session += 1
+        self.session_step_seconds += seconds
+        self.last_step_seconds = seconds
+
+    def seconds_per_step(self) -> float:
+        """Mean seconds a step for the ETA: the session's first step is left out once others have run (it also
+        warms up, and on a GPU it compiles the decoding step, tens of seconds that no later step repeats).
+
+        >>> clock = StepClock()
+        >>> clock.seconds_per_step()
+        0.0
+        >>> clock.add_step(47.0); clock.seconds_per_step()
+        47.0
+        >>> clock.add_step(2.0); clock.add_step(3.0); clock.seconds_per_step()
+        2.5
+        """
+        n = self.steps_done_this_session
+        if n >= 2 and self.first_step_seconds is not None:
+            return (self.session_step_seconds - self.first_step_seconds) / (n - 1)
+        return self.session_step_seconds / max(n, 1)
 
 
 def make_trainer_class():
@@ -227,9 +253,7 @@ def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, 
 
         def on_step_end(self, args, state, control, **kwargs):
             elapsed = time.time() - clock.step_start
-            clock.steps_done_this_session += 1
-            clock.session_step_seconds += elapsed
-            clock.last_step_seconds = elapsed
+            clock.add_step(elapsed)
             clock.last_gen_seconds = clock.gen_seconds
             if agree_to_stop(stop_event, args.device):
                 control.should_training_stop = True
@@ -258,7 +282,7 @@ def metrics_row(logs: dict, state, clock: StepClock, guards: list[GuardedReward]
     """One metrics.jsonl line from TRL's log dict. It carries each reward's weight, so that a reader (the
     health check, the charts) can tell trained rewards from monitors (weight 0) without the config."""
     step = state.global_step
-    per_step = clock.session_step_seconds / max(clock.steps_done_this_session, 1)
+    per_step = clock.seconds_per_step()
     remaining = max(state.max_steps - step, 0)
     rewards = {}
     for key, value in logs.items():
