@@ -537,6 +537,15 @@ def fmt_gib(value) -> str:
 # ---- the whole call ------------------------------------------------------------------------------------------
 
 
+def picked(names: list[str], wanted: str) -> list[str]:
+    """The names a comma-separated option keeps, in their own order; all of them when it is empty.
+
+    >>> picked(["a", "b", "c"], "c,a"), picked(["a", "b"], "")
+    (['a', 'c'], ['a', 'b'])
+    """
+    return [n for n in names if not wanted or n in wanted.split(",")]
+
+
 class Context:
     def __init__(self, a):
         import torch
@@ -553,11 +562,9 @@ class Context:
         self.shapes = SMOKE_SHAPES if self.smoke else SHAPES
         names = list(self.shapes)
         self.profile_shapes = names[:2]
-        self.versus_shapes = [n for n in names[:2] if not a.versus_shapes or n in a.versus_shapes.split(",")] \
-            if not self.smoke else names[:2]
-        self.size_shapes = [n for n in names if not a.shapes or n in a.shapes.split(",")] if not self.smoke else names
-        wanted = [w.replace("_", " ") for w in a.presets.split(",")] if a.presets else list(PRESET_NAMES)
-        self.size_presets = [n for n in PRESET_NAMES if n in wanted]
+        self.versus_shapes = names[:2] if self.smoke else picked(names[:2], a.versus_shapes)
+        self.size_shapes = names if self.smoke else picked(names, a.shapes)
+        self.size_presets = picked(list(PRESET_NAMES), a.presets.replace("_", " "))
         self.size_checkpointing = {"both": (True, False), "on": (True,), "off": (False,)}[a.checkpointing]
         self.precision = "fp32" if self.smoke or not torch.cuda.is_available() else "bf16"
         self.card_total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0

@@ -96,6 +96,15 @@ def _signed(value) -> str:
     return "" if not _finite(value) else f"{value:+.3g}"
 
 
+def _points_vs(value, first, step) -> str:
+    """A share's change since the first probe, in percentage points.
+
+    >>> _points_vs(0.75, 0.5, 0)
+    ' (+25 points vs step 0)'
+    """
+    return f" ({(value - first) * 100:+.0f} points vs step {step})"
+
+
 def probes_empty_html(cfg: dict | None, state: str | None = None) -> str:
     """What the completions panel says before there is anything to show."""
     cfg = cfg or {}
@@ -134,14 +143,14 @@ def probes_html(evals: list[dict], pick=None, cfg: dict | None = None, state: st
         value, first = cur["task"].get(key), (base.get("task") or {}).get(key)
         shown = i > 0 and _finite(value) and _finite(first)
         if key == "accuracy" and _finite(value):  # a share of the prompts: percent, and its change in points
-            vs = f" ({(value - first) * 100:+.0f} points vs step {base['step']})" if shown else ""
+            vs = _points_vs(value, first, base["step"]) if shown else ""
             head.append(f"accuracy <b>{value:.0%}</b>{vs}")
         else:
             vs = f" ({_signed(value - first)} vs step {base['step']})" if shown else ""
             head.append(f"{key} <b>{_score(value)}</b>{vs}")
     fmt, fmt0 = (cur.get("task") or {}).get("format_compliance"), (base.get("task") or {}).get("format_compliance")
     if _finite(fmt):  # answers with a number inside <answer></answer> (tasks with reference answers)
-        vs = f" ({(fmt - fmt0) * 100:+.0f} points vs step {base['step']})" if i > 0 and _finite(fmt0) else ""
+        vs = _points_vs(fmt, fmt0, base["step"]) if i > 0 and _finite(fmt0) else ""
         head.append(f"<span class='gs-format'>format compliance <b>{fmt:.0%}</b>{vs}</span>")
     recall = (cur.get("task") or {}).get("retrieval_recall")
     if _finite(recall):  # movie questions: the right film among the retrieved plots, the ceiling on accuracy

@@ -58,7 +58,7 @@ class StepClock:
         2.5
         """
         n = self.steps_done_this_session
-        if n >= 2 and self.first_step_seconds is not None:
+        if n >= 2:
             return (self.session_step_seconds - self.first_step_seconds) / (n - 1)
         return self.session_step_seconds / max(n, 1)
 
