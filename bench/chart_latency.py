@@ -15,11 +15,10 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from report import p50_p95, save
+from report import p50_p95, save, scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -82,7 +81,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=12)
     a = ap.parse_args()
-    data = Path(tempfile.mkdtemp(prefix="bench-chart-"))
+    data = Path(scratch("bench-chart-"))
     env = dict(os.environ, GRPO_STUDIO_DATA=str(data))
     os.environ["GRPO_STUDIO_DATA"] = str(data)
     from pipeline.run_folder import runs

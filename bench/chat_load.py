@@ -13,14 +13,13 @@ import argparse
 import concurrent.futures
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from report import p50_p95, save  # noqa: E402
+from report import p50_p95, save, scratch  # noqa: E402
 from pipeline.training.generate import is_error_reply  # noqa: E402
 
 MODEL = "bundled/SmolLM2-135M-Instruct"
@@ -89,7 +88,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=24)
     ap.add_argument("--turns", type=int, default=1, help="messages per session, each sent with its history")
     a = ap.parse_args()
-    os.environ.setdefault("GRPO_STUDIO_DATA", str(Path(tempfile.mkdtemp(prefix="chat-load-"))))
+    os.environ.setdefault("GRPO_STUDIO_DATA", str(Path(scratch("chat-load-"))))
     from tests.integration.helpers import serve_app
 
     demo, url = serve_app()

@@ -20,12 +20,13 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.report import scratch  # noqa: E402
 
 
 def main() -> int:
@@ -39,7 +40,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
-    os.environ.setdefault("GRPO_STUDIO_DATA", tempfile.mkdtemp(prefix="cpu-lm-head-"))
+    os.environ.setdefault("GRPO_STUDIO_DATA", scratch("cpu-lm-head-"))
 
     import torch
     from datasets import Dataset
@@ -57,7 +58,7 @@ def main() -> int:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
     cfg = RunConfig(num_generations=4, batch_size=a.micro)
-    work = Path(tempfile.mkdtemp(prefix="cpu-lm-head-run-"))
+    work = Path(scratch("cpu-lm-head-run-"))
     trainer = make_trainer_class()(
         model=model, processing_class=tokenizer, args=grpo_args(cfg, work, "cpu", "fp32"),
         train_dataset=Dataset.from_list([{"prompt": "a"}] * 8),

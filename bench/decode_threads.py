@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from report import save
+from report import save, scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -40,9 +40,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--load", type=float, nargs="+", default=[0, 15, 40], help="background load, % of one core")
     args = ap.parse_args()
-    import tempfile
 
-    os.environ.setdefault("GRPO_STUDIO_DATA", tempfile.mkdtemp(prefix="bench-decode-"))
+    os.environ.setdefault("GRPO_STUDIO_DATA", scratch("bench-decode-"))
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -19,14 +19,13 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.report import save  # noqa: E402
+from bench.report import save, scratch  # noqa: E402
 from pipeline.run_folder import runs  # noqa: E402
 from pipeline.setup.config import RunConfig  # noqa: E402
 from pipeline.setup.presets import PRESETS, apply_preset  # noqa: E402
@@ -94,7 +93,7 @@ def main() -> int:
     a = ap.parse_args()
     overrides = {k: json.loads(v) for k, v in (item.split("=", 1) for item in a.set)}
     ensure_bundled_model()  # converted once, before any timing (a fresh install pays ~30 s once)
-    work = Path(tempfile.mkdtemp(prefix="bench-learning-"))
+    work = Path(scratch("bench-learning-"))
     cfg = bench_config(a.preset, overrides)
     name = "Default run" if a.preset == "default" else f"Preset '{PRESET_ALIASES.get(a.preset, a.preset)}'"
     print(f"{name}{' variant ' + str(overrides) if overrides else ''}: {cfg.model}, {cfg.dataset.source}, rewards "

@@ -19,12 +19,13 @@ import argparse
 import json
 import random
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.report import scratch  # noqa: E402
 
 from pipeline.setup.movie_questions import PROMPT_PLOT_CHARS, PROMPT_TOP_K, question_for  # noqa: E402
 
@@ -44,7 +45,7 @@ def main() -> int:
     from retrieval.store import MovieStore
 
     films = load_bundled()
-    store = MovieStore(Path(tempfile.mkdtemp(prefix="movie-questions-")))
+    store = MovieStore(Path(scratch("movie-questions-")))
     store.upsert(films)
     chunks = PlotChunks(store)
     chunks.sync()

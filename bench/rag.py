@@ -26,14 +26,13 @@ import json
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from report import p50_p95  # noqa: E402
+from report import p50_p95, scratch  # noqa: E402
 
 QUERIES = [
     "the protagonist turns out to be the bad guy",
@@ -290,7 +289,7 @@ def main() -> int:
     from retrieval.movies import load_bundled
     from retrieval.store import ANN_MIN_ROWS, MovieStore, embedding_function, movie_schema
 
-    tmp = Path(tempfile.mkdtemp(prefix="rag-bench-"))
+    tmp = Path(scratch("rag-bench-"))
     func = embedding_function()
     func.ndims()  # load the embedder before any timing
     print(f"torch threads {torch.get_num_threads()} (both paths, same process); ANN_MIN_ROWS {ANN_MIN_ROWS}")

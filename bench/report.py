@@ -1,9 +1,13 @@
-"""Small helpers shared by the benchmarks: percentiles and the JSON written under bench/out/."""
+"""Small helpers shared by the benchmarks: percentiles, the JSON written under bench/out/, and scratch folders."""
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import shutil
 import statistics
+import tempfile
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -18,4 +22,16 @@ def save(name: str, data: dict) -> Path:
     OUT.mkdir(exist_ok=True)
     path = OUT / f"{name}.json"
     path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def scratch(prefix: str) -> str:
+    """A temporary folder that is deleted when the benchmark exits (BENCH_KEEP=1 keeps it to look at).
+
+    Every run a benchmark starts writes a merged model (about 0.5 GB for the bundled one), so leaving them behind
+    fills a disk within a day of measuring.
+    """
+    path = tempfile.mkdtemp(prefix=prefix)
+    if os.environ.get("BENCH_KEEP") != "1":
+        atexit.register(shutil.rmtree, path, True)
     return path

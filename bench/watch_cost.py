@@ -33,14 +33,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import psutil
 
-from report import save
+from report import save, scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -236,7 +235,7 @@ def one_run(view: str, steps: int, data: Path, env: dict, browser, steer_at: int
 
 
 def real_runs(args) -> dict:
-    data = Path(tempfile.mkdtemp(prefix="bench-watch-"))
+    data = Path(scratch("bench-watch-"))
     env = dict(os.environ, GRPO_STUDIO_DATA=str(data))
     os.environ["GRPO_STUDIO_DATA"] = str(data)
     from pipeline.models.loading import ensure_bundled_model
@@ -283,7 +282,7 @@ def real_runs(args) -> dict:
 
 
 def idle(args) -> dict:
-    data = Path(tempfile.mkdtemp(prefix="bench-watch-idle-"))
+    data = Path(scratch("bench-watch-idle-"))
     env = dict(os.environ, GRPO_STUDIO_DATA=str(data))
     os.environ["GRPO_STUDIO_DATA"] = str(data)
     from pipeline.run_folder import runs
