@@ -87,7 +87,7 @@ def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pi
                    "plot_colors": {}},
         "groups": groups_view([], 0),
         "tokens": {"groups": views.groups_html(None)},
-        "probes": {"probe_plot": None, "probes": probes_view.probes_empty_html(RunConfig().to_dict()),
+        "probes": {"probe_plot": gr.LinePlot(None, visible=True), "probes": probes_view.probes_empty_html(RunConfig().to_dict()),
                    "probe_pick": _probe_picker(probes_view.probe_choices([]), probe_pick), "plot_colors": {}},
         "log": {"log": ""},
     }
@@ -125,7 +125,9 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
         choices = probes_view.probe_choices(evals, settings.get("max_steps"), state)
         probe_frame = charts.with_markers(probes_view.probe_frame(evals), markers)
         out["plot_colors"] = {**out.get("plot_colors", {}), "probe_plot": charts.series_colors(probe_frame)}
-        out.update({"probe_plot": plot(probe_frame, lim),
+        # A run with probes off has no held-out chart to draw: its panel below says so, and the empty chart goes.
+        shown = bool(evals) or not probes_view.probes_off(settings)
+        out.update({"probe_plot": plot(probe_frame, lim, visible=shown),
                     "probes": probes_view.probes_html(evals, probe_pick, settings, state),
                     "probe_pick": _probe_picker(choices, probe_pick)})
     if "log" in parts:

@@ -105,11 +105,21 @@ def _points_vs(value, first, step) -> str:
     return f" ({(value - first) * 100:+.0f} points vs step {step})"
 
 
+def probes_off(cfg: dict | None) -> bool:
+    """Whether the run's settings turn probing off (probe every N steps = 0, or no probe prompts).
+
+    >>> probes_off({"probe_every": 0}), probes_off({"probe_prompts": 0}), probes_off({}), probes_off(None)
+    (True, True, False, False)
+    """
+    cfg = cfg or {}
+    return cfg.get("probe_every", 5) == 0 or cfg.get("probe_prompts", 4) == 0
+
+
 def probes_empty_html(cfg: dict | None, state: str | None = None) -> str:
     """What the completions panel says before there is anything to show."""
     cfg = cfg or {}
     every, n = cfg.get("probe_every", 5), cfg.get("probe_prompts", 4)
-    if every == 0 or n == 0:
+    if probes_off(cfg):
         return ("<div class='gs-empty'>Probes are off for this run (probe every N steps = 0). Set it above 0 to "
                 "watch answers to held-out prompts change while the model trains.</div>")
     about = (f"Probes answer {n} held-out prompts (never trained on, the same ones every time) greedily every "

@@ -44,9 +44,9 @@ def free_gpu_for_training() -> None:
     release_embedders()
 
 
-def plot(frame, x_lim: list[int]) -> gr.LinePlot:
-    """A line-plot update: its data and whole-step x-axis limits."""
-    return gr.LinePlot(frame, x_lim=x_lim)
+def plot(frame, x_lim: list[int], visible: bool = True) -> gr.LinePlot:
+    """A line-plot update: its data and whole-step x-axis limits (and whether it shows at all)."""
+    return gr.LinePlot(frame, x_lim=x_lim, visible=visible)
 
 
 def runs_table():

@@ -205,7 +205,21 @@ def test_train_tab_reads_a_runs_probes_and_draws_them_when_their_stamp_moves():
     series = view["probe_plot"].constructor_args["value"]["series"]
     assert set(series) == {"total (weighted)", "length_target", "token_diversity"}
     assert "data-step='5'" in picked_probes(run_dir.name, "5")  # a step picked by hand
-    assert live_view("../etc", parts="probes")["probe_plot"] is None  # only existing run folders are read
+    nothing = live_view("../etc", parts="probes")["probe_plot"].constructor_args  # only existing run folders are read
+    assert nothing.get("value") is None and nothing["visible"] is True
+
+
+def test_a_run_with_probes_off_hides_the_held_out_chart_and_says_why():
+    from ui.live_view import live_view
+
+    run_dir = runs.new_run_dir("probes-off")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=10, probe_every=0).to_dict())
+    runs.write_status(run_dir, "running")
+    view = live_view(run_dir.name, parts="probes")
+    assert view["probe_plot"].constructor_args["visible"] is False
+    assert "Probes are off for this run" in view["probes"]
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=10).to_dict())
+    assert live_view(run_dir.name, parts="probes")["probe_plot"].constructor_args["visible"] is True
 
 
 def test_panel_shows_format_compliance_for_answers_with_a_reference():
