@@ -18,8 +18,11 @@ CHARTS = {
     "completion_length": ("Mean completion length (tokens)", [("length", "completion_length")]),
     "loss": ("Loss (sits near 0 by design: watch the reward)", [("loss", "loss")]),
 }
-# Charts whose axis has fixed ends: a share stays on 0-1, so a flat 0 reads "0", not "0.000000".
+# Charts whose axis has fixed ends: a share stays on 0-1.
 CHART_Y_LIMITS = {"frac_reward_zero_std": [0, 1]}
+# Axis labels as short as their value allows (d3's "~r"): a chart with one point labels it "36.5025", not
+# "36.502480", and whole steps read "1", "2", not "1.0", "2.0". Every line plot of the app takes these.
+AXIS_FORMAT = {"x_axis_format": "~r", "y_axis_format": "~r"}
 # Shown under the charts, next to the loss chart ("why is my loss 0?": TRL #3452, Unsloth #2291).
 LOSS_NOTE = ("**Why is the loss near 0?** By design. Each completion's advantage is its reward minus its group's "
              "mean, so within a group the advantages add up to zero, and the loss they weight sits near 0 (off 0 "

@@ -87,7 +87,8 @@ def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pi
                    "plot_colors": {}},
         "groups": groups_view([], 0),
         "tokens": {"groups": views.groups_html(None)},
-        "probes": {"probe_plot": gr.LinePlot(None, visible=True), "probes": probes_view.probes_empty_html(RunConfig().to_dict()),
+        "probes": {"probe_plot": gr.LinePlot(None, visible=True),
+                   "probes": probes_view.probes_empty_html(RunConfig().to_dict()),
                    "probe_pick": _probe_picker(probes_view.probe_choices([]), probe_pick), "plot_colors": {}},
         "log": {"log": ""},
     }
@@ -129,7 +130,7 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
         shown = bool(evals) or not probes_view.probes_off(settings)
         out.update({"probe_plot": plot(probe_frame, lim, visible=shown),
                     "probes": probes_view.probes_html(evals, probe_pick, settings, state),
-                    "probe_pick": _probe_picker(choices, probe_pick)})
+                    "probe_pick": _probe_picker(choices, probe_pick, shown)})
     if "log" in parts:
         out["log"] = snap.log(30)
     return out
@@ -156,10 +157,12 @@ def groups_view(groups: list[dict], group_step, run_dir: Path | None = None,
             "group_step": gr.Slider(minimum=0, maximum=max(steps + [1]), step=1)}  # a slider needs max > min
 
 
-def _probe_picker(choices: list[tuple[str, str]], pick) -> gr.Radio:
+def _probe_picker(choices: list[tuple[str, str]], pick, visible: bool = True) -> gr.Radio:
     # The value is only reset when the pick is gone: a redraw started before the user picked a step carries
     # the old pick and must not put it back (the next redraw has the new one).
-    return gr.Radio(choices=choices) if pick in [v for _, v in choices] else gr.Radio(choices=choices, value="latest")
+    if pick in [v for _, v in choices]:
+        return gr.Radio(choices=choices, visible=visible)
+    return gr.Radio(choices=choices, value="latest", visible=visible)
 
 
 def picked_probes(run_name: str | None, pick) -> str:

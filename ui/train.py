@@ -125,10 +125,10 @@ def build(ctx: TabContext) -> Tab:
                 # Full width each: their legends list every reward and each steering change in one row.
                 reward_plot = gr.LinePlot(None, x="step", y="value", color="series",
                                           title="Train reward: total and per function (mean)", height=260,
-                                          elem_id="reward-plot")
+                                          elem_id="reward-plot", **charts.AXIS_FORMAT)
                 probe_plot = gr.LinePlot(None, x="step", y="value", color="series",
                                          title="Held-out reward (probe prompts, greedy)", height=260,
-                                         elem_id="probe-plot")
+                                         elem_id="probe-plot", **charts.AXIS_FORMAT)
                 plots = {}
                 chart_items = list(charts.CHARTS.items())
                 for i in range(0, len(chart_items), 2):
@@ -136,7 +136,7 @@ def build(ctx: TabContext) -> Tab:
                         for key, (title, _) in chart_items[i:i + 2]:
                             plots[f"plot_{key}"] = gr.LinePlot(
                                 None, x="step", y="value", color="series", title=title, height=200,
-                                elem_id=f"plot-{key}", y_lim=charts.CHART_Y_LIMITS.get(key))
+                                elem_id=f"plot-{key}", y_lim=charts.CHART_Y_LIMITS.get(key), **charts.AXIS_FORMAT)
                 gr.Markdown(charts.LOSS_NOTE, elem_id="loss-note")
                 gr.Markdown("#### Completions over time\nThe same held-out prompts, answered greedily at step 0 "
                             "(the base model), every few steps and at the end. Pick a step to see its answers.")
@@ -161,7 +161,7 @@ def build(ctx: TabContext) -> Tab:
                 with gr.Column():
                     compare = gr.CheckboxGroup(label="Overlay reward curves", choices=[], elem_id="compare")
                     compare_plot = gr.LinePlot(None, x="step", y="value", color="series",
-                                               title="Total reward by run", height=240)
+                                               title="Total reward by run", height=240, **charts.AXIS_FORMAT)
                 with gr.Column():
                     action_run = gr.Dropdown(label="Run", choices=[], elem_id="action-run")
                     with gr.Row():

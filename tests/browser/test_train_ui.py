@@ -44,7 +44,9 @@ def test_start_watch_stop_reload_and_resume(page, app_url):
     cfg = (runs.runs_dir() / run_name / "config.json").read_text()
     assert "length_target" in cfg and "token_diversity" not in cfg and '"probe_every": 0' in cfg
 
-    # Live: the step counter moves, the reward chart gains a series, the group inspector fills.
+    # Live: the step counter moves, the reward chart gains a series, the group inspector fills. The header names the
+    # new run first: until the next poll redraws it, the view still shows the run that was on screen before Start.
+    expect(page.locator("#progress")).to_contain_text(run_name, timeout=30_000)
     expect(page.locator("#progress .gs-step")).to_have_text(re.compile(r"[1-9]"), timeout=600_000)
     expect(page.locator("#groups .gs-group").first).to_be_visible(timeout=30_000)
     expect(page.locator("#groups .gs-adv").first).to_have_text(re.compile(r"[+-]\d\.\d\d"))

@@ -217,6 +217,7 @@ def test_a_run_with_probes_off_hides_the_held_out_chart_and_says_why():
     runs.write_status(run_dir, "running")
     view = live_view(run_dir.name, parts="probes")
     assert view["probe_plot"].constructor_args["visible"] is False
+    assert view["probe_pick"].constructor_args["visible"] is False  # no probe step to pick either
     assert "Probes are off for this run" in view["probes"]
     runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=10).to_dict())
     assert live_view(run_dir.name, parts="probes")["probe_plot"].constructor_args["visible"] is True
