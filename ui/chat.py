@@ -44,14 +44,38 @@ def refreshed_choice(current: str | None, offered: str | None, choices: list[tup
 
 
 def rewards_for(choice: str) -> tuple[list, str]:
-    """The reward specs a reply is scored with: the run's own, or the default pair for base models."""
+    """The reward specs a reply is scored with: the run's own, or the default run's for base models."""
     try:
         run_dir = run_for_choice(choice)
     except ChatModelError:
         run_dir = None
     if run_dir is not None:
         return RunConfig.load(run_dir / run_files.CONFIG).rewards, f"rewards of {run_dir.name}"
-    return RunConfig().rewards, "default rewards (length_target + token_diversity)"
+    return RunConfig().rewards, "the default run's rewards"
+
+
+def chat_scorable(specs: list) -> tuple[list, list[str]]:
+    """The rewards that can score a chat reply, and a note for each one left out. A chat message has no
+    reference answer and no source text, so a reward that compares with one (numeric_tolerance, post_similarity)
+    would only score "missing" there.
+
+    >>> from pipeline.setup.config import RewardSpec
+    >>> kept, left = chat_scorable([RewardSpec("length_target", 1.0, {}), RewardSpec("post_similarity", 2.0, {}),
+    ...                             RewardSpec("numeric_tolerance", 2.0, {})])
+    >>> [s.name for s in kept], left
+    (['length_target'], ['post_similarity (compares with the text being summarised)', 'numeric_tolerance (compares with a reference answer)'])
+    """
+    from pipeline.rewards.registry import reward_registry
+
+    kept, left = [], []
+    for spec in specs:
+        if reward_registry.needs_source(spec.name):
+            left.append(f"{spec.name} (compares with the text being summarised)")
+        elif reward_registry.needs_answer(spec.name):
+            left.append(f"{spec.name} (compares with a reference answer)")
+        else:
+            kept.append(spec)
+    return kept, left
 
 
 def content_text(content) -> str:
@@ -129,12 +153,18 @@ def make_handlers(cache: ModelCache):
             if not replies:
                 continue
             specs, source = rewards_for(choice)
+            specs, left_out = chat_scorable(specs)
+            not_scored = (f" Not scored here: {', '.join(left_out)}, which a chat message does not have."
+                          if left_out else "")
+            if not specs:
+                rows.append(f"**{label}** ({source}): none of them can score a chat reply.{not_scored}")
+                continue
             funcs, weights = build_rewards(specs, policy="skip", timeout_s=SCORE_TIMEOUT_S)
             result = score(funcs, weights, [replies[-1]])
             scores = ", ".join(f"{name} = {vals[0]:.3g}" if vals[0] is not None else f"{name} = -"
                                for name, vals in result["per_reward"].items())
             total = result["total"][0]
-            rows.append(f"**{label}** ({source}): {scores}; weighted total **{total:.3g}**"
+            rows.append(f"**{label}** ({source}): {scores}; weighted total **{total:.3g}**.{not_scored}"
                         if total is not None else f"**{label}**: could not be scored")
             rows += [f"⚠️ {warning}" for f in funcs for warning in f.warnings]  # a reward that failed or timed out
         return "\n\n".join(rows) or "Nothing to score yet: send a message first."

@@ -190,3 +190,16 @@ def test_a_failed_reply_is_neither_scored_nor_sent_back_as_context():
         "Nothing to score yet: send a message first.")
     ok = history + [{"role": "user", "content": "again"}, {"role": "assistant", "content": "A short reply."}]
     assert score_replies(ok, [], "bundled/SmolLM2-135M-Instruct", None, False).startswith("**A**")
+
+
+def test_a_chat_reply_is_scored_by_the_rewards_that_need_no_reference_and_the_rest_are_named():
+    """The default run's post_similarity compares with the post being summarised, which a chat message lacks: it
+    is named as not scored instead of failing with a warning, and the weighted total is of the others."""
+    from ui.chat import make_handlers
+
+    _, score_replies = make_handlers(ModelCache())
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "A short reply about bread."}]
+    text = score_replies(history, [], "bundled/SmolLM2-135M-Instruct", None, False)
+    assert text.startswith("**A** (the default run's rewards): length_target = ") and "token_diversity = " in text
+    assert "post_similarity =" not in text and "⚠️" not in text, text
+    assert "Not scored here: post_similarity (compares with the text being summarised)" in text
