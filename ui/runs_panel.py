@@ -69,8 +69,10 @@ def refresh_runs(current: str | None) -> tuple[gr.Dropdown, Any, gr.CheckboxGrou
 
 
 def compare_runs(selected: list[str]):
+    """The overlay of the ticked runs' total reward; hidden while no run is ticked."""
     metrics = {name: runs.read_metrics(p) for name in selected or [] if (p := run_path(name))}
-    return plot(charts.compare_frame(metrics), charts.step_axis(None, [r["step"] for rows in metrics.values() for r in rows]))
+    steps = [r["step"] for rows in metrics.values() for r in rows]
+    return plot(charts.compare_frame(metrics), charts.step_axis(None, steps), visible=bool(metrics))
 
 
 def stop_training(run_name: str | None, operators=(), request: gr.Request = None):
@@ -109,8 +111,8 @@ def evaluate_run(name: str | None, operators=(), request: gr.Request = None):
     except (RuntimeError, OSError) as exc:  # RunnerError says why; a full disk or a racing launch too
         return f"❌ {exc}"
     free_gpu_for_training()  # the evaluator loads the base and tuned models on the same GPU
-    return (f"▶ Evaluating **{name}** on up to {EVAL_LIMIT} held-out prompts (greedy, base then tuned); "
-            "progress shows below.")
+    return (f"▶ Started evaluating **{name}** on up to {EVAL_LIMIT} held-out prompts (greedy, base then tuned); "
+            "its progress, then its result, show below.")
 
 
 def _stop_job(kind: str, what: str, name: str | None, operators=(), request: gr.Request = None) -> str:

@@ -111,7 +111,8 @@ def build(ctx: TabContext) -> Tab:
                                               "and keep more prompts.")
                 scan_view = gr.HTML(views.scan_empty_html(), elem_id="scan")
                 kept_prompts = gr.State([])  # the prompts the last scan found signal on (RunConfig.signal_prompts)
-                command = gr.Code(label="Equivalent command and config", language="shell", visible=True, lines=6,
+                # Shown once asked for (Show command): an empty code box until then says nothing.
+                command = gr.Code(label="Equivalent command and config", language="shell", visible=False, lines=6,
                                   elem_id="train-command")
 
             with gr.Column(scale=3, min_width=520):
@@ -159,9 +160,11 @@ def build(ctx: TabContext) -> Tab:
             table = gr.Dataframe(runs_table(), interactive=False, label="All runs", elem_id="runs-table")
             with gr.Row():
                 with gr.Column():
-                    compare = gr.CheckboxGroup(label="Overlay reward curves", choices=[], elem_id="compare")
-                    compare_plot = gr.LinePlot(None, x="step", y="value", color="series",
-                                               title="Total reward by run", height=240, **charts.AXIS_FORMAT)
+                    compare = gr.CheckboxGroup(label="Overlay reward curves", choices=[], elem_id="compare",
+                                               info="Tick two or more runs to draw their total reward on one chart.")
+                    compare_plot = gr.LinePlot(None, x="step", y="value", color="series", visible=False,
+                                               title="Total reward by run", height=240, elem_id="compare-plot",
+                                               **charts.AXIS_FORMAT)
                 with gr.Column():
                     action_run = gr.Dropdown(label="Run", choices=[], elem_id="action-run")
                     with gr.Row():
@@ -206,7 +209,8 @@ def build(ctx: TabContext) -> Tab:
                         concurrency_limit=1)
         scan_btn.click(make_scanner(ctx.cache), [allow, scan_prompts], [scan_view, kept_prompts], inputs_kwargs=form,
                        concurrency_id="model", concurrency_limit=1, api_name="learnability_scan")
-        cmd_btn.click(show_command, [allow, nproc], command, inputs_kwargs=form)
+        cmd_btn.click(lambda: gr.Code(visible=True), None, command, queue=False, api_visibility="private").then(
+            show_command, [allow, nproc], command, inputs_kwargs=form)
         start_btn.click(start_training, [allow, nproc], [run_select, message], inputs_kwargs=form,
                         concurrency_limit=1, concurrency_id="start").then(
             refresh_runs, run_select, [run_select, table, compare, action_run])

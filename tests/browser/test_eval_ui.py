@@ -19,7 +19,7 @@ def test_evaluate_shows_progress_then_the_result_and_a_reload_keeps_it(page, app
     panel.get_by_label("Run", exact=True).click()
     page.get_by_role("option", name=run_dir.name, exact=True).click()
     evaluate.click()
-    expect(panel).to_contain_text(f"Evaluating {run_dir.name} on up to", timeout=30_000)
+    expect(panel).to_contain_text(f"Started evaluating {run_dir.name} on up to", timeout=30_000)
     status = page.locator("#eval-status")
     expect(status).to_contain_text("answers", timeout=300_000)  # the job's progress, through the live view's poll
     expect(status).to_contain_text("Delta (tuned - base)", timeout=600_000)

@@ -36,7 +36,7 @@ def test_evaluate_returns_at_once_and_the_runs_panel_follows_the_job(app, bundle
     run_dir = evaluable_run("eval-job", bundled_model_dir, held_out=3)
     offer_runs(client)
     message = client.predict(run_dir.name, api_name="/evaluate_run")
-    assert "Evaluating" in str(value_of(message)), message
+    assert "Started evaluating" in str(value_of(message)), message
     # The handler has returned while the job is still under way: it started a process, it did not wait.
     assert runner.status("eval", run_dir)["state"] in ("queued", "running")
     assert not (run_dir / "eval.json").exists()

@@ -130,3 +130,18 @@ def test_the_evaluation_renders_from_its_files_in_views():
     assert eval_markdown("run-1", {"state": "finished"}, {"n": 8}).startswith("❌ **run-1**'s eval.json can't be read")
     assert eval_markdown("run-1", {"state": "stopped", "done": 3, "total": 8}, None) == (
         "⏹ Evaluation of **run-1** was stopped (3/8 answers).")
+
+
+def test_the_runs_overlay_shows_only_once_a_run_is_ticked():
+    from pipeline.run_folder import runs
+    from ui.runs_panel import compare_runs
+
+    from pipeline.setup.config import RunConfig
+
+    run_dir = runs.new_run_dir("overlay")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
+    for step, reward in ((1, 0.5), (2, 0.9)):
+        runs.append_jsonl(run_dir / "metrics.jsonl", {"step": step, "reward": reward})
+    assert compare_runs([]).constructor_args["visible"] is False  # nothing ticked: no empty chart
+    shown = compare_runs([run_dir.name]).constructor_args
+    assert shown["visible"] is True and set(shown["value"]["series"]) == {run_dir.name}
