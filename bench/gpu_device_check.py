@@ -5,7 +5,9 @@
   b. s/step of this app's pipeline against plain TRL (bench/plain_trl.py), interleaved A/B/A/B, same settings;
   c. the size table: SmolLM2-135M, Qwen2.5-0.5B, 1.5B and 7B shapes under the GPU standard and GSM8K presets'
      settings, with and without gradient checkpointing: s/step, completion tokens/s, peak memory, and the
-     memory estimate of pipeline/setup/gpu_memory.py beside it.
+     memory estimate of pipeline/setup/gpu_memory.py beside it;
+  d. (asked for by name) the static decoding step compiled two ways, TorchInductor + CUDA graphs as shipped and
+     CUDA graphs alone: the first call's compile time and the steady time a token.
 
     python bench/gpu_device_check.py skeleton OUT             here (needs the bundled model package): the bundled
                                                                model's config and tokenizer, read from its GGUF
@@ -378,6 +380,81 @@ def part_profile(ctx) -> None:
                                "seconds_per_step": dict(profile.table())})
 
 
+# ---- d. the decoding step, compiled two ways -----------------------------------------------------------------
+
+# How static decoding compiles its step (pipeline/models/static_decode.py: compile_on_gpu) and the alternative: CUDA
+# graphs over the unfused aten ops, which skips TorchInductor's code generation (the most of a first step's tens of
+# seconds) at the price of more, smaller kernels in the graph.
+DECODE_COMPILES = {"inductor + CUDA graphs (as shipped)": {"mode": "reduce-overhead"},
+                   "CUDA graphs alone (backend cudagraphs)": {"backend": "cudagraphs"}}
+
+
+def part_decode(ctx) -> None:
+    """The first call (compiling) and a steady call of StaticDecoder on the bundled shape with a merged LoRA, as the
+    trainer samples: part a's rows, prompts and completion length, every row running to the last token."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    from pipeline.models import engine
+    from pipeline.models.static_decode import StaticDecoder
+
+    print("\n== d. the decoding step compiled two ways (bundled shape, merged LoRA; first call compiles)")
+    name = next(iter(ctx.shapes))
+    folder = model_folder(name, ctx.shapes, ctx.skeleton, ctx.work, weights=False)
+    cuda = torch.cuda.is_available()
+    dtype = torch.bfloat16 if ctx.precision == "bf16" else torch.float32
+    torch.manual_seed(0)
+    with torch.device("cuda" if cuda else "cpu"):
+        base = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=dtype)
+    base.generation_config.eos_token_id = None  # random weights: every row runs the whole length, every time
+    model = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM"))
+    model.eval()
+    rows, new = ctx.ab_fields["batch_size"], ctx.ab_fields["max_completion_length"]
+    width = 8 if ctx.smoke else 200
+    prompts = [torch.randint(100, 40000, (width,)).tolist() for _ in range(2)]
+    prompt_ids = [p for p in prompts for _ in range(rows // 2)]
+    config = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new,
+                              pad_token_id=0, eos_token_id=None)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for label, options in DECODE_COMPILES.items():
+        if ctx.left() < 45:
+            print(f"   {label}: skipped, the time budget is spent")
+            continue
+        reset_compiled()
+
+        def compiler(step, device, options=options):
+            return torch.compile(step, dynamic=False, **options) if cuda else step
+
+        decoder = StaticDecoder(compiler=compiler)
+        seconds, error = [], None
+        try:
+            with torch.no_grad(), engine.merged_adapter(model, decoder.weight_copies):
+                for _ in range(4):
+                    if seconds and ctx.left() < 10:
+                        break
+                    sync()
+                    t0 = time.perf_counter()
+                    tokens = decoder.generate(model, prompt_ids, config)
+                    sync()
+                    seconds.append(time.perf_counter() - t0)
+        except Exception as exc:  # noqa: BLE001 - a backend that fails here is a finding, printed
+            error = f"{type(exc).__name__}: {str(exc)[:300]}"
+        call = steady(seconds)
+        if error or not seconds:
+            print(f"   {label:<40} failed: {error}")
+        else:
+            print(f"   {label:<40} first call {seconds[0]:6.1f} s; then {call:6.3f} s a call of {rows} rows x "
+                  f"{tokens.size(1)} tokens, {1000 * call / tokens.size(1):5.2f} ms a token"
+                  + ("" if cuda else " (CPU: not compiled)"))
+        ctx.record("decode", {"compile": label, "options": options, "rows": rows, "tokens": new,
+                              "seconds": seconds, "error": error})
+        del decoder
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+
+
 # ---- b. pipeline vs plain TRL, interleaved ---------------------------------------------------------------------
 
 
@@ -579,7 +656,7 @@ class Context:
         self.size_steps = 1 if self.smoke else 2
         self.part_cap, self.row_cap, self.min_row_s = (120, 120, 20) if self.smoke else (150, 150, 30)
         self.isolate = a.isolate
-        self.results: dict[str, list] = {"profile": [], "versus": [], "size": []}
+        self.results: dict[str, list] = {"profile": [], "versus": [], "size": [], "decode": []}
 
     def left(self) -> float:
         return self.deadline - time.time()
@@ -591,18 +668,20 @@ class Context:
 
 def run_all(a) -> int:
     ctx = Context(a)
-    parts = {"a": part_profile, "b": part_versus, "c": part_size_table}
+    parts = {"a": part_profile, "b": part_versus, "c": part_size_table, "d": part_decode}
     print(f"work folder {ctx.work}; {ctx.left():.0f} s of budget" + ("; CPU smoke run: tiny shapes, nothing here "
                                                                      "says anything about a GPU" if ctx.smoke else ""))
     whole = ctx.deadline
     for n, key in enumerate(a.parts):
         t0 = time.time()
         # a and b have caps of their own when parts come after them; the last part takes what is left
-        cap = {"a": a.budget_a, "b": a.budget_b or 0.45 * (whole - t0)}.get(key) if a.parts[n + 1:] else None
+        cap = {"a": a.budget_a, "b": a.budget_b or 0.45 * (whole - t0), "d": a.budget_d}.get(key) \
+            if a.parts[n + 1:] else None
         ctx.deadline = min(whole, t0 + cap) if cap else whole
         parts[key](ctx)
         print(f"-- part {key}: {time.time() - t0:.0f} s; {time.time() - ctx.start:.0f} s since the start")
     ctx.deadline = whole
+    shutil.rmtree(ctx.work, ignore_errors=True)  # random-weight models and run folders: nothing to keep
     print(f"results: {ctx.out / 'gpu-device-check.json'}")
     return 0
 
@@ -627,7 +706,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--budget", type=float, default=540, help="seconds for all parts")
     p.add_argument("--budget-a", type=float, default=130, help="seconds for part a (compiles included)")
     p.add_argument("--budget-b", type=float, default=0, help="seconds for part b (0 = 45%% of what a left)")
-    p.add_argument("--parts", default="abc", help="which parts, in order: a profile, b versus, c size table")
+    p.add_argument("--parts", default="abc", help="which parts, in order: a profile, b versus, c size table, "
+                                                  "d the decoding step's two compiles")
+    p.add_argument("--budget-d", type=float, default=150, help="seconds for part d when parts come after it")
     p.add_argument("--engine", default="", help="generation_engine for the pipeline runs (auto, eager, ...), when "
                                                 "the checkout's RunConfig has that field")
     p.add_argument("--rounds", type=int, default=2, help="A/B rounds in part b")

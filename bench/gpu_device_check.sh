@@ -6,6 +6,9 @@
 #   b. s/step of this app's pipeline against plain TRL (bench/plain_trl.py), interleaved A/B/A/B, same settings;
 #   c. the size table (SmolLM2-135M, Qwen2.5-0.5B/1.5B/7B shapes; GPU standard and GSM8K presets; gradient
 #      checkpointing on and off): s/step, tokens/s, peak memory, and pipeline/setup/gpu_memory.py's estimate beside it.
+#   d. (only when named in GPU_CHECK_PARTS) the static decoding step compiled two ways, TorchInductor + CUDA graphs
+#      as shipped and CUDA graphs alone: first-call (compile) seconds and steady ms a token. GPU_CHECK_PARTS=dab puts
+#      it first in call 1 (about 100 s).
 # Rows that do not fit the time left are printed as skipped; an out-of-memory is a row that says OOM.
 #   1. here, once (network):  make gpu-device-files
 #      -> .whl/ (git-ignored): the wheels they lack (trl, datasets, peft, dill, multiprocess) and
