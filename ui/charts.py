@@ -16,7 +16,7 @@ CHARTS = {
     "kl": ("KL to reference", [("kl", "kl")]),
     "entropy": ("Token entropy", [("entropy", "entropy")]),
     "completion_length": ("Mean completion length (tokens)", [("length", "completion_length")]),
-    "loss": ("Loss (sits near 0 by design: watch the reward)", [("loss", "loss")]),
+    "loss": ("Loss (near 0 by design; see below)", [("loss", "loss")]),
 }
 # Charts whose axis has fixed ends: a share stays on 0-1.
 CHART_Y_LIMITS = {"frac_reward_zero_std": [0, 1]}
