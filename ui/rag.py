@@ -7,9 +7,11 @@ from __future__ import annotations
 import html
 import queue
 import threading
+from pathlib import Path
 
 import gradio as gr
 
+from pipeline.run_folder.paths import data_dir
 from pipeline.training.generate import (ChatModelError, ModelCache, base_choice, chat_choices,
                                        generation_error_message)
 from retrieval import movies as movie_data
@@ -50,7 +52,21 @@ def status_html(info) -> str:
     years = f"{info.year_min}–{info.year_max}" if info.year_min is not None else "-"
     return (f"<div class='gs-ok'>{info.rows} films · {years} · {len(info.genres)} genres · embedder "
             f"<code>{html.escape(str(info.embedder))}</code> ({info.dims}-d) · LanceDB at "
-            f"<code>{html.escape(info.uri)}</code></div>")
+            f"<code>{html.escape(shown_location(info.uri, data_dir()))}</code></div>")
+
+
+def shown_location(uri: str, data: Path) -> str:
+    """Where the table lives, as the page shows it: relative to the app's data folder `data` (the server's own
+    paths stay off a page that other users of a shared app see); a location elsewhere shows its last folder only.
+
+    >>> shown_location("/srv/studio/lancedb", Path("/srv/studio")), shown_location("/mnt/x/films.lance", Path("/srv"))
+    ('<data folder>/lancedb', '…/films.lance')
+    """
+    path = Path(uri)
+    try:
+        return f"<data folder>/{path.relative_to(data)}"
+    except ValueError:
+        return f"…/{path.name}"
 
 
 def results_html(hits: list[Hit], filters: SearchFilters | None = None, used: list[int] | None = None) -> str:

@@ -43,3 +43,16 @@ def test_a_registered_mode_appears_in_the_rag_tab(fake_mode, tmp_path):
     radio = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "rag-mode")
     assert ("Fake (test only)", "fake") in radio.choices
     assert [name for _, name in radio.choices] == search_modes.names()
+
+
+def test_the_rag_header_names_the_table_without_the_servers_paths():
+    """Users of a shared app see the RAG tab's header: it names the table's folder inside the app's data folder,
+    never the server's absolute path."""
+    from pipeline.run_folder.paths import data_dir
+    from retrieval.store import StoreInfo
+    from ui.rag import status_html
+
+    where = data_dir() / "lancedb"
+    text = status_html(StoreInfo(rows=3, embedder="e", dims=4, genres=["Drama"], year_min=1999, year_max=2001,
+                                 uri=str(where)))
+    assert "&lt;data folder&gt;/lancedb" in text and str(data_dir()) not in text, text
