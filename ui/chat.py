@@ -54,25 +54,29 @@ def rewards_for(choice: str) -> tuple[list, str]:
     return RunConfig().rewards, "the default run's rewards"
 
 
-def chat_scorable(specs: list) -> tuple[list, list[str]]:
-    """The rewards that can score a chat reply, and a note for each one left out. A chat message has no
-    reference answer and no source text, so a reward that compares with one (numeric_tolerance, post_similarity)
-    would only score "missing" there.
+def chat_scorable(specs: list, has_message: bool = True) -> tuple[list, list[str]]:
+    """The rewards that can score a chat reply, and a note for each one left out. A chat message has no reference
+    answer, so a reward that compares with one (numeric_tolerance, exact_answer) would only score "missing"; a
+    reward that compares with the text being summarised (post_similarity) compares with the user's message, as
+    the reward test bench compares with its prompt, so it needs one.
 
     >>> from pipeline.setup.config import RewardSpec
-    >>> kept, left = chat_scorable([RewardSpec("length_target", 1.0, {}), RewardSpec("post_similarity", 2.0, {}),
-    ...                             RewardSpec("numeric_tolerance", 2.0, {})])
+    >>> specs = [RewardSpec("length_target", 1.0, {}), RewardSpec("post_similarity", 2.0, {}),
+    ...          RewardSpec("numeric_tolerance", 2.0, {})]
+    >>> kept, left = chat_scorable(specs)
     >>> [s.name for s in kept], left
-    (['length_target'], ['post_similarity (compares with the text being summarised)', 'numeric_tolerance (compares with a reference answer)'])
+    (['length_target', 'post_similarity'], ['numeric_tolerance (compares with a reference answer)'])
+    >>> [s.name for s in chat_scorable(specs, has_message=False)[0]]
+    ['length_target']
     """
     from pipeline.rewards.registry import reward_registry
 
     kept, left = [], []
     for spec in specs:
-        if reward_registry.needs_source(spec.name):
-            left.append(f"{spec.name} (compares with the text being summarised)")
-        elif reward_registry.needs_answer(spec.name):
+        if reward_registry.needs_answer(spec.name):
             left.append(f"{spec.name} (compares with a reference answer)")
+        elif reward_registry.needs_source(spec.name) and not has_message:
+            left.append(f"{spec.name} (compares with the message replied to)")
         else:
             kept.append(spec)
     return kept, left
@@ -147,20 +151,25 @@ def make_handlers(cache: ModelCache):
         for label, hist, choice in (("A", hist_a, choice_a), ("B", hist_b, choice_b)):
             if label == "B" and not side_by_side:
                 continue
-            replies = [content_text(m.get("content")) for m in (hist or [])
-                       if m.get("role") == "assistant" and not is_error_reply(m)]
-            replies = [r for r in replies if r]
-            if not replies:
+            # The last reply, and the user's message it answers: the text a summary reward compares with.
+            reply = message = replied_to = None
+            for m in hist or []:
+                text = content_text(m.get("content"))
+                if m.get("role") == "user":
+                    message = text
+                elif m.get("role") == "assistant" and text and not is_error_reply(m):
+                    reply, replied_to = text, message
+            if reply is None:
                 continue
             specs, source = rewards_for(choice)
-            specs, left_out = chat_scorable(specs)
-            not_scored = (f" Not scored here: {', '.join(left_out)}, which a chat message does not have."
-                          if left_out else "")
+            specs, left_out = chat_scorable(specs, has_message=bool((replied_to or "").strip()))
+            not_scored = f" Not scored here: {', '.join(left_out)}, which a chat has none of." if left_out else ""
             if not specs:
                 rows.append(f"**{label}** ({source}): none of them can score a chat reply.{not_scored}")
                 continue
             funcs, weights = build_rewards(specs, policy="skip", timeout_s=SCORE_TIMEOUT_S)
-            result = score(funcs, weights, [replies[-1]])
+            extra = {"source": [replied_to]} if (replied_to or "").strip() else {}
+            result = score(funcs, weights, [reply], **extra)
             scores = ", ".join(f"{name} = {vals[0]:.3g}" if vals[0] is not None else f"{name} = -"
                                for name, vals in result["per_reward"].items())
             total = result["total"][0]

@@ -59,6 +59,8 @@ def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw:
             raise ConfigError(f"Enter at least two completions, separated by a line with only {SEPARATOR}.")
         completions = [[{"role": "assistant", "content": t}] for t in texts]
         extra = {"answer": [answer] * len(texts)} if (answer or "").strip() else {}
+        if (prompt or "").strip():  # the text a summary is compared with (post_similarity), as a TL;DR row's post
+            extra["source"] = [prompt] * len(texts)
         prompts = [[{"role": "user", "content": prompt or ""}]] * len(texts)
         if needs_isolation(specs):  # custom code runs in a child process, never in the web server
             if not allow_custom:
@@ -105,7 +107,8 @@ def build(ctx: TabContext) -> Tab:
                 rewards = gr.Dataframe(value=reward_rows(allow_custom=allow_custom), headers=REWARD_COLUMNS,
                                        datatype=["bool", "str", "number", "str"], interactive=True,
                                        column_count=(4, "fixed"), label="Rewards")
-                prompt = gr.Textbox(label="Prompt", value=EXAMPLE_PROMPT, lines=3)
+                prompt = gr.Textbox(label="Prompt", value=EXAMPLE_PROMPT, lines=3,
+                                    info="Also the text post_similarity compares each completion's meaning with.")
                 answer = gr.Textbox(label="Reference answer (for exact_answer / numeric_tolerance)")
                 candidates = gr.Textbox(label=f"Candidate completions (separate with a line: {SEPARATOR})",
                                         value=EXAMPLE_CANDIDATES, lines=10, elem_id="bench-candidates")

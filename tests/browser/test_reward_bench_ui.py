@@ -19,3 +19,14 @@ def test_seed_001_table(page, app_url):
     expect(table).to_contain_text("0.9352")
     expect(table).to_contain_text("-0.9352")
     page.screenshot(path=str(ARTIFACTS / "bench-seed-001.png"), full_page=True)
+
+
+def test_score_the_group_as_it_opens(page, app_url):
+    """A new user's first click: the default rewards on the example prompt and completions score, post_similarity
+    included (it compares with the prompt box's text)."""
+    page.goto(app_url)
+    page.get_by_role("tab", name="Reward test bench").click()
+    page.locator("#bench-score").click()
+    expect(page.locator("#bench-summary")).to_contain_text("Group of 4", timeout=60_000)
+    expect(page.locator("#bench-table")).to_contain_text("post_similarity")
+    page.screenshot(path=str(ARTIFACTS / "bench-defaults.png"), full_page=True)

@@ -192,14 +192,21 @@ def test_a_failed_reply_is_neither_scored_nor_sent_back_as_context():
     assert score_replies(ok, [], "bundled/SmolLM2-135M-Instruct", None, False).startswith("**A**")
 
 
-def test_a_chat_reply_is_scored_by_the_rewards_that_need_no_reference_and_the_rest_are_named():
-    """The default run's post_similarity compares with the post being summarised, which a chat message lacks: it
-    is named as not scored instead of failing with a warning, and the weighted total is of the others."""
-    from ui.chat import make_handlers
+def test_a_chat_reply_is_scored_by_the_rewards_it_can_be_and_the_rest_are_named(monkeypatch):
+    """The default run's post_similarity compares the reply with the user's message it answers (as the reward bench
+    compares with its prompt); an answer reward has no reference in a chat, so it is named as not scored instead
+    of failing with a warning, and the weighted total is of the others."""
+    from pipeline.setup.config import RewardSpec
+    from ui import chat
 
-    _, score_replies = make_handlers(ModelCache())
-    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "A short reply about bread."}]
+    _, score_replies = chat.make_handlers(ModelCache())
+    history = [{"role": "user", "content": "TL;DR: the town shut its water plant after a chemical leak."},
+               {"role": "assistant", "content": "The town closed its water plant because of a leak."}]
     text = score_replies(history, [], "bundled/SmolLM2-135M-Instruct", None, False)
-    assert text.startswith("**A** (the default run's rewards): length_target = ") and "token_diversity = " in text
-    assert "post_similarity =" not in text and "⚠️" not in text, text
-    assert "Not scored here: post_similarity (compares with the text being summarised)" in text
+    assert text.startswith("**A** (the default run's rewards): length_target = ") and "⚠️" not in text, text
+    assert "post_similarity = " in text and "post_similarity = -" not in text and "Not scored" not in text, text
+
+    specs = [RewardSpec("length_target", 1.0, {}), RewardSpec("numeric_tolerance", 2.0, {})]
+    monkeypatch.setattr(chat, "rewards_for", lambda choice: (specs, "rewards of a run"))
+    text = score_replies(history, [], "x", None, False)
+    assert "Not scored here: numeric_tolerance (compares with a reference answer)" in text and "⚠️" not in text

@@ -177,3 +177,16 @@ def test_parameter_defaults_come_from_the_reward_class():
 
     with pytest.raises(TypeError, match="must take a parameter 'scale' with a default value"):
         RewardDef("bad", NoDefault, "test", {"scale": Param(float, "Multiplier.")})
+
+
+def test_the_reward_bench_scores_its_own_example_with_the_default_rewards():
+    """What a new user gets from Score the group without changing anything: the default run's rewards, whose
+    post_similarity compares each completion with the prompt box's text (a TL;DR row's post)."""
+    from ui.form import reward_rows
+    from ui.reward_bench import EXAMPLE_CANDIDATES, EXAMPLE_PROMPT, score_candidates
+
+    table, summary = score_candidates(reward_rows(), EXAMPLE_PROMPT, EXAMPLE_CANDIDATES, "", "", True)
+    assert table is not None and not summary.startswith("❌"), summary
+    assert {"length_target", "token_diversity", "post_similarity"} <= set(table.columns)
+    on_topic = table["post_similarity"].iloc[1]  # "TL;DR: barking dog, two polite talks failed; ask the landlord"
+    assert on_topic > table["post_similarity"].iloc[2]  # "dog dog dog dog dog dog"
