@@ -175,12 +175,17 @@ def _completion_cell(item: dict, mode: str) -> str:
 
 
 def bench_table(per_reward: dict[str, list], totals: list, advantages: list[float]) -> pd.DataFrame:
-    """Reward test bench result: one row per candidate completion."""
-    data = {"#": list(range(1, len(totals) + 1))}
+    """Reward test bench result: one row per candidate completion, its advantage and total first (what GRPO does
+    with it, as the group inspector shows it), then each reward's score, so the table stays readable without
+    scrolling sideways however many rewards are ticked.
+
+    >>> list(bench_table({"length_target": [1.0, 0.0]}, [1.0, 0.0], [0.7071, -0.7071]).columns)
+    ['#', 'advantage', 'total', 'length_target']
+    """
+    data = {"#": list(range(1, len(totals) + 1)), "advantage": [round(a, 4) for a in advantages],
+            "total": [None if t is None else round(t, 4) for t in totals]}
     for name, vals in per_reward.items():
         data[name] = [None if v is None else round(v, 4) for v in vals]
-    data["total"] = [None if t is None else round(t, 4) for t in totals]
-    data["advantage"] = [round(a, 4) for a in advantages]
     return pd.DataFrame(data)
 
 

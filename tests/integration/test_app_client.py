@@ -20,7 +20,7 @@ def client(studio_data):
 def test_reward_bench_reproduces_seed_001(client):
     table, summary = client.predict({"headers": ["use", "reward", "weight", "params (JSON)"], "data": []},
                                     "", "", "", "1,1,1,1,0,0,0,0", True, api_name="/score_candidates")
-    advantages = [row[-1] for row in table["data"]]
+    advantages = [row[1] for row in table["data"]]
     assert advantages == [0.9352] * 4 + [-0.9352] * 4
     assert "0.5345" in summary
 
@@ -31,10 +31,10 @@ def test_reward_bench_scores_typed_completions(client):
                                                                           '{"pattern": "TL;DR"}']]}
     table, summary = client.predict(rewards, "p", "abcde\n---\nTL;DR: longer text", "", "", True,
                                     api_name="/score_candidates")
-    assert table["headers"] == ["#", "length_target", "keyword_presence", "total", "advantage"]
+    assert table["headers"] == ["#", "advantage", "total", "length_target", "keyword_presence"]
     first, second = table["data"]
-    assert first[1:4] == [0.0, 0.0, 0.0] and second[1:4] == [-13.0, 1.0, -11.0]
-    assert first[-1] > 0 > second[-1]
+    assert first[2:] == [0.0, 0.0, 0.0] and second[2:] == [-11.0, -13.0, 1.0]
+    assert first[1] > 0 > second[1]
 
 
 def test_reward_bench_explains_bad_input(client):
