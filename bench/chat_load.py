@@ -88,7 +88,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=24)
     ap.add_argument("--turns", type=int, default=1, help="messages per session, each sent with its history")
     a = ap.parse_args()
-    os.environ.setdefault("GRPO_STUDIO_DATA", str(Path(scratch("chat-load-"))))
+    os.environ.setdefault("GRPO_STUDIO_DATA", scratch("chat-load-"))
     from tests.integration.helpers import serve_app
 
     demo, url = serve_app()
