@@ -8,6 +8,9 @@
      memory estimate of pipeline/setup/gpu_memory.py beside it;
   d. (asked for by name) the static decoding step compiled two ways, TorchInductor + CUDA graphs as shipped and
      CUDA graphs alone: the first call's compile time and the steady time a token.
+  e. (asked for by name) the training passes compiled: the pipeline as shipped against the same run with the
+     trainer's torch_compile by decoder layer (accelerate's regional compilation), interleaved; s/step, the first
+     steps' seconds (compiles), and step 1's loss and KL on both sides (the same samples, so they should agree).
 
     python bench/gpu_device_check.py skeleton OUT             here (needs the bundled model package): the bundled
                                                                model's config and tokenizer, read from its GGUF
@@ -24,6 +27,7 @@ ones (the longest is 251 tokens) for every row, with the length + diversity rewa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import json
@@ -261,11 +265,13 @@ class StepProfile:
                "_generate_and_score_completions": "generate-and-score", "_prepare_inputs": "prepare inputs",
                "compute_loss": "loss forward", "training_step": "training step", "log": "logging"}
 
-    def __init__(self):
+    def __init__(self, timed_steps: int = 10**9):
         self.totals: dict[str, float] = {}
         self.counting = False
         self.begin = None
         self.steps: list[float] = []
+        self.timed_steps = timed_steps  # steps 1..timed_steps-1 are timed; later ones (the op profile's) are not
+        self.step_hooks: list = []  # (event, global_step) -> None, called at "begin" and "end" of every step
 
     def sync(self):
         import torch
@@ -286,7 +292,9 @@ class StepProfile:
             self.sync()
             t0 = time.perf_counter()
             try:
-                return inner(*args, **kwargs)
+                phase = label or ("log-probs, policy" if torch.is_grad_enabled() else "log-probs, reference/old")
+                with torch.profiler.record_function(f"## {phase}"):  # a range in the op profile
+                    return inner(*args, **kwargs)
             finally:
                 self.sync()
                 name = label
@@ -309,9 +317,12 @@ class StepProfile:
 
         class Marks(TrainerCallback):
             def on_step_begin(self, args, state, control, **kw):
+                for hook in profile.step_hooks:
+                    hook("begin", state.global_step)
                 profile.sync()
                 profile.begin = time.perf_counter()
-                profile.counting = state.global_step >= 1  # the first step is warm-up
+                profile.counting = 1 <= state.global_step < profile.timed_steps  # the first step is warm-up
+                profile.global_step = state.global_step
 
             def on_pre_optimizer_step(self, args, state, control, **kw):
                 profile.sync()
@@ -327,6 +338,9 @@ class StepProfile:
         """A step ends once its logs are written (the trainer logs after on_step_end)."""
         if self.begin is not None and self.counting:
             self.steps.append(time.perf_counter() - self.begin)
+        if self.begin is not None:
+            for hook in self.step_hooks:
+                hook("end", self.global_step)
         self.begin = None
 
     def table(self) -> list[tuple[str, float]]:
@@ -352,6 +366,145 @@ class StepProfile:
         return [(k, v / n) for k, v in rows] + [("step (wall, synchronised)", step / n)]
 
 
+class OpProfile:
+    """torch.profiler over one whole step after the timed ones: what the host dispatches (aten ops, kernel launches,
+    host syncs) and what the GPU runs, so a step far above its arithmetic says where its time goes."""
+
+    def __init__(self, at_step: int):
+        self.at_step = at_step
+        self.prof = None
+        self.wall = None
+
+    def hook(self, event: str, step: int) -> None:
+        import torch
+
+        if step != self.at_step:
+            return
+        if event == "begin":
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self.prof = torch.profiler.profile(activities=activities)
+            self.prof.__enter__()
+            self.wall = time.perf_counter()
+        elif self.prof is not None and self.wall is not None:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.prof.__exit__(None, None, None)
+            self.wall = time.perf_counter() - self.wall
+
+    def summary(self, top: int = 14) -> tuple[list[str], dict]:
+        """Lines to print and the figures to record."""
+        from torch.autograd import DeviceType
+
+        if self.prof is None or not isinstance(self.wall, float):
+            return ["   (no step was profiled: the run ended first)"], {}
+        rows = self.prof.key_averages()
+        spans = [(e.name, e.time_range.start, e.time_range.end, e.thread) for e in self.prof.events()
+                 if e.name.startswith(("## ", "aten::")) or e.name in LAUNCHES]
+        phases = phase_counts(spans)
+        lines, figures = op_summary([(e.key, e.count, e.self_cpu_time_total, e.cpu_time_total,
+                            getattr(e, "self_device_time_total", 0.0) or 0.0,
+                            getattr(e, "device_type", None) not in (None, DeviceType.CPU)) for e in rows],
+                          self.wall, top)
+        lines.insert(1, "   by phase (innermost; aten calls / kernel launches): " + "; ".join(
+            f"{name} {n_aten}/{n_launch}" for name, (n_aten, n_launch) in phases.items()))
+        figures["by_phase"] = phases
+        return lines, figures
+
+    def save_trace(self, path: Path, limit_bytes: int = 12 * 2**20) -> str:
+        """The step's Chrome trace, gzipped, where it is small enough to come back from the machine."""
+        import gzip
+
+        if self.prof is None or not isinstance(self.wall, float):
+            return ""
+        raw = path.with_suffix("")  # x.json.gz -> x.json
+        self.prof.export_chrome_trace(str(raw))
+        with open(raw, "rb") as src, gzip.open(path, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+        raw.unlink()
+        if path.stat().st_size > limit_bytes:
+            path.unlink()
+            return f"trace left out: over {limit_bytes >> 20} MiB gzipped"
+        return f"trace {path.name} ({path.stat().st_size / 2**20:.1f} MiB)"
+
+
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::_local_scalar_dense")
+
+
+def phase_counts(spans: list[tuple[str, float, float, int]]) -> dict[str, tuple[int, int]]:
+    """(name, start, end, thread) of the step's "## phase" ranges, aten ops and kernel launches -> per phase, the
+    aten calls and launches that began inside it on its thread (the innermost phase counts them); what began in
+    none (the backward, on autograd's own thread; the optimizer) is "elsewhere".
+
+    >>> phase_counts([("## a", 0, 10, 1), ("## b", 2, 5, 1), ("aten::mm", 1, 2, 1), ("aten::mm", 3, 4, 1),
+    ...               ("cudaLaunchKernel", 3.5, 3.6, 1), ("aten::add", 3, 4, 2), ("aten::mul", 11, 12, 1)])
+    {'a': (1, 0), 'b': (1, 1), 'elsewhere': (2, 0)}
+    """
+    phases = sorted((s for s in spans if s[0].startswith("## ")), key=lambda s: s[2] - s[1])  # innermost first
+    counts: dict[str, list[int]] = {}
+    for name, start, _, thread in spans:
+        if name.startswith("## "):
+            continue
+        home = next((p[0][3:] for p in phases if p[3] == thread and p[1] <= start < p[2]), "elsewhere")
+        slot = counts.setdefault(home, [0, 0])
+        slot[0 if name.startswith("aten::") else 1] += 1
+    order = [p[0][3:] for p in sorted(phases, key=lambda s: s[1])] + ["elsewhere"]
+    return {k: tuple(counts[k]) for k in dict.fromkeys(order) if k in counts}
+
+
+def op_summary(events: list[tuple[str, int, float, float, float, bool]], wall_s: float, top: int = 14
+               ) -> tuple[list[str], dict]:
+    """(name, calls, self host us, host us with children, self device us, whether it is a GPU kernel) per name ->
+    printed lines and figures. "## name" rows are the step's phases (StepProfile's record_function ranges).
+
+    >>> lines, figures = op_summary([("aten::mm", 300, 3000.0, 3000.0, 900.0, False),
+    ...                               ("aten::add", 100, 500.0, 500.0, 0.0, False),
+    ...                               ("cudaLaunchKernel", 400, 2000.0, 2000.0, 0.0, False),
+    ...                               ("aten::_local_scalar_dense", 2, 10.0, 10.0, 0.0, False),
+    ...                               ("## generation", 1, 100.0, 9000.0, 0.0, False),
+    ...                               ("gemm_kernel", 300, 0.0, 0.0, 900.0, True)], wall_s=0.02)
+    >>> figures["aten_calls"], figures["launches"], figures["syncs"], figures["gpu_busy_s"]
+    (402, 400, 2, 0.0009)
+    >>> [line.split() for line in lines if "generation" in line]
+    [['##', 'generation', '9.000', 'ms']]
+    """
+    aten = sum(e[1] for e in events if e[0].startswith("aten::"))
+    launches = sum(e[1] for e in events if e[0] in LAUNCHES)
+    syncs = sum(e[1] for e in events if e[0] in SYNCS)
+    kernels = [e for e in events if e[5]]
+    busy = sum(e[4] for e in kernels) / 1e6
+    figures = {"wall_s": round(wall_s, 4), "aten_calls": aten, "launches": launches, "syncs": syncs,
+               "gpu_busy_s": round(busy, 6)}
+    lines = [f"   one step under torch.profiler: {wall_s:.3f} s wall; {aten} aten op calls, {launches} kernel launches, "
+             f"{syncs} host syncs; GPU kernels busy {busy:.3f} s ({busy / max(wall_s, 1e-9):.0%} of the wall)"]
+    lines += [f"   {e[0]:<48} {e[3] / 1e3:9.3f} ms" for e in sorted(events, key=lambda e: -e[3]) if e[0].startswith("## ")]
+    host = sorted((e for e in events if not e[0].startswith("## ") and not e[5]), key=lambda e: -e[2])[:top]
+    lines.append(f"   top host time (self):                            {'calls':>7} {'ms':>9}")
+    lines += [f"     {e[0][:48]:<48} {e[1]:7d} {e[2] / 1e3:9.3f}" for e in host]
+    device = sorted(kernels, key=lambda e: -e[4])[:top]
+    if device:
+        lines.append(f"   top GPU time (kernels):                          {'calls':>7} {'ms':>9}")
+        lines += [f"     {e[0][:48]:<48} {e[1]:7d} {e[4] / 1e3:9.3f}" for e in device]
+    figures["top_host"] = [[e[0], e[1], round(e[2] / 1e3, 3)] for e in host]
+    figures["top_gpu"] = [[e[0], e[1], round(e[4] / 1e3, 3)] for e in device]
+    figures["phases_ms"] = {e[0][3:]: round(e[3] / 1e3, 3) for e in events if e[0].startswith("## ")}
+    return lines, figures
+
+
+def with_gpu_logps_pass(trainer):
+    """The trainer with TRL's own log-prob pass, the one a GPU run takes (a CPU run takes the shared-prompt pass
+    instead): so a CPU smoke run's op profile counts the operations a GPU step dispatches."""
+    import types
+
+    from trl import GRPOTrainer
+
+    trainer._get_per_token_logps_and_entropies = types.MethodType(
+        GRPOTrainer._get_per_token_logps_and_entropies, trainer)
+    return trainer
+
+
 def part_profile(ctx) -> None:
     print("\n== a. where a GRPO step's time goes (synchronised at each boundary; the first step left out)")
     for name in ctx.profile_shapes:
@@ -359,11 +512,15 @@ def part_profile(ctx) -> None:
             print(f"{name}: skipped, the time budget is spent")
             continue
         folder = model_folder(name, ctx.shapes, ctx.skeleton, ctx.work, weights=False)
-        cfg, dropped = run_config(folder, {**ctx.ab_fields, **ctx.engine_field}, ctx.profile_steps)
-        profile = StepProfile()
+        steps = ctx.profile_steps + (1 if ctx.op_profile else 0)  # the op profile's step comes after the timed ones
+        cfg, dropped = run_config(folder, {**ctx.ab_fields, **ctx.engine_field}, steps)
+        profile = StepProfile(timed_steps=ctx.profile_steps)
+        ops = OpProfile(at_step=ctx.profile_steps) if ctx.op_profile else None
+        if ops:
+            profile.step_hooks.append(ops.hook)
         t0 = time.time()
         result = train_here(ctx.work / f"profile-{name}", cfg, min(ctx.left() - 5, ctx.part_cap),
-                            on_trainer=profile.install)
+                            on_trainer=lambda t: profile.install(with_gpu_logps_pass(t) if ctx.smoke else t))
         print(f"-- {name}: {result['state']}, {len(profile.steps)} step(s) profiled in {time.time() - t0:.0f} s; "
               f"G={cfg['num_generations']}, batch {cfg['batch_size']}, {cfg['max_completion_length']} tokens, "
               f"precision {ctx.precision}, generation {result['generation']}"
@@ -376,8 +533,16 @@ def part_profile(ctx) -> None:
         step = profile.table()[-1][1]
         for label, seconds in profile.table():
             print(f"   {label:<52} {seconds:8.3f} s  {seconds / step:6.1%}")
+        op_figures = {}
+        if ops:
+            lines, op_figures = ops.summary()
+            print("\n".join(lines))
+            saved = ops.save_trace(ctx.out / f"trace-{name}.json.gz")
+            if saved:
+                print(f"   {saved}")
+            ops.prof = None
         ctx.record("profile", {"shape": name, "config": cfg, "state": result["state"],
-                               "seconds_per_step": dict(profile.table())})
+                               "seconds_per_step": dict(profile.table()), "op_profile": op_figures})
 
 
 # ---- d. the decoding step, compiled two ways -----------------------------------------------------------------
@@ -514,6 +679,78 @@ def part_versus(ctx) -> None:
         ctx.record("versus", {"shape": name, "config": fields, "rounds": sides, "s_per_step": per_step})
 
 
+# ---- e. the training passes compiled ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def compiled_training_passes():
+    """Runs started inside train with the trainer's own torch_compile (TorchInductor, default mode), by decoder layer:
+    accelerate's regional compilation compiles one layer's code and every layer reuses it. The model the loss
+    forward and backward go through is the compiled one; generation (its own compiled step) is unchanged. Every
+    call of a layer goes through its compiled code (the reference pass without grad, the loss forward with it, the
+    prefill with a cache), each a variant of its own, so the recompile limit is raised for the run."""
+    import accelerate.utils
+    import torch
+
+    import pipeline.train as trainer_module
+
+    args_of, plugin = trainer_module.grpo_args, accelerate.utils.TorchDynamoPlugin
+    limit = torch._dynamo.config.recompile_limit
+
+    def with_compile(*args, **kwargs):
+        out = args_of(*args, **kwargs)
+        out.torch_compile, out.torch_compile_backend = True, "inductor"
+        return out
+
+    class Regional(plugin):
+        def __init__(self, *args, **kwargs):
+            kwargs["use_regional_compilation"] = True
+            super().__init__(*args, **kwargs)
+
+    trainer_module.grpo_args, accelerate.utils.TorchDynamoPlugin = with_compile, Regional
+    torch._dynamo.config.recompile_limit = max(limit, 64)
+    try:
+        yield
+    finally:
+        trainer_module.grpo_args, accelerate.utils.TorchDynamoPlugin = args_of, plugin
+        torch._dynamo.config.recompile_limit = limit
+
+
+def part_compiled(ctx) -> None:
+    from pipeline.run_folder import runs
+
+    print("\n== e. the training passes compiled by decoder layer (torch_compile, regional) vs as shipped, interleaved "
+          "A/B/A/B, same settings; steady = median step after the first two (compiles, the dynamic-shape recompile)")
+    sides = ("as shipped", "compiled")
+    for name in ctx.versus_shapes:
+        folder = model_folder(name, ctx.shapes, ctx.skeleton, ctx.work, weights=False)
+        cfg, dropped = run_config(folder, {**ctx.ab_fields, **ctx.engine_field}, ctx.versus_steps + 1)
+        found: dict[str, list] = {side: [] for side in sides}
+        for i in range(ctx.rounds):
+            for side in sides:
+                if ctx.left() < 45:
+                    print(f"{name} round {i + 1} {side}: skipped, the time budget is spent")
+                    continue
+                run_dir = ctx.work / f"compiled-{name}-{i}-{side.replace(' ', '_')}"
+                with compiled_training_passes() if side == "compiled" else contextlib.nullcontext():
+                    r = train_here(run_dir, cfg, min(ctx.left() - 5, ctx.part_cap))
+                metrics = runs.read_metrics(run_dir)
+                first = metrics[0] if metrics else {}
+                secs = r["step_seconds"]
+                later = secs[2:] or secs[1:]
+                r.update(steady=statistics.median(later) if later else None, step1_loss=first.get("loss"),
+                         step1_kl=first.get("kl"), step2_loss=metrics[1].get("loss") if len(metrics) > 1 else None)
+                found[side].append(r)
+                print(f"{name} round {i + 1} {side}: {r['state']}, steps {', '.join(f'{x:.2f}' for x in secs)} s; "
+                      f"steady {fmt(r['steady'], '.3f')} s/step; step 1 loss {fmt(r['step1_loss'], '.6g')}, "
+                      f"step 2 loss {fmt(r['step2_loss'], '.6g')}; peak {fmt_gib(r.get('peak_allocated'))}"
+                      + (f"; error {r['error']}" if r.get("error") else ""))
+        steady = {s: [r["steady"] for r in rs if r["steady"]] for s, rs in found.items()}
+        if all(steady.values()):
+            a, b = statistics.median(steady["as shipped"]), statistics.median(steady["compiled"])
+            print(f"{name}: steady s/step as shipped {a:.3f}, compiled {b:.3f}, ratio {b / a:.3f}")
+        ctx.record("compiled", {"shape": name, "config": cfg, "runs": found})
+
 # ---- c. the size table ---------------------------------------------------------------------------------------
 
 
@@ -636,7 +873,7 @@ class Context:
         from pipeline.models.sources import allow_local_dirs  # its random-weight models live there
 
         allow_local_dirs([self.work])  # for this process and the trainers it starts
-        self.shapes = SMOKE_SHAPES if self.smoke else SHAPES
+        self.shapes = SMOKE_SHAPES if self.smoke and not a.real_shapes else SHAPES
         names = list(self.shapes)
         self.profile_shapes = names[:2]
         self.versus_shapes = names[:2] if self.smoke else picked(names[:2], a.versus_shapes)
@@ -651,12 +888,13 @@ class Context:
         if self.smoke:
             self.ab_fields = {"num_generations": 4, "batch_size": 4, "max_completion_length": 8}
         self.profile_steps = 2 if self.smoke else 3
+        self.op_profile = not a.no_op_profile
         self.versus_steps = 2 if self.smoke else a.versus_steps
         self.rounds = a.rounds
         self.size_steps = 1 if self.smoke else 2
         self.part_cap, self.row_cap, self.min_row_s = (120, 120, 20) if self.smoke else (150, 150, 30)
         self.isolate = a.isolate
-        self.results: dict[str, list] = {"profile": [], "versus": [], "size": [], "decode": []}
+        self.results: dict[str, list] = {"profile": [], "versus": [], "size": [], "decode": [], "compiled": []}
 
     def left(self) -> float:
         return self.deadline - time.time()
@@ -668,14 +906,15 @@ class Context:
 
 def run_all(a) -> int:
     ctx = Context(a)
-    parts = {"a": part_profile, "b": part_versus, "c": part_size_table, "d": part_decode}
-    print(f"work folder {ctx.work}; {ctx.left():.0f} s of budget" + ("; CPU smoke run: tiny shapes, nothing here "
-                                                                     "says anything about a GPU" if ctx.smoke else ""))
+    parts = {"a": part_profile, "b": part_versus, "c": part_size_table, "d": part_decode, "e": part_compiled}
+    shapes = "the real shapes at the smoke settings (their op counts hold; their times say nothing about a GPU)" \
+        if a.real_shapes else "tiny shapes, nothing here says anything about a GPU"
+    print(f"work folder {ctx.work}; {ctx.left():.0f} s of budget" + (f"; CPU smoke run: {shapes}" if ctx.smoke else ""))
     whole = ctx.deadline
     for n, key in enumerate(a.parts):
         t0 = time.time()
         # a and b have caps of their own when parts come after them; the last part takes what is left
-        cap = {"a": a.budget_a, "b": a.budget_b or 0.45 * (whole - t0), "d": a.budget_d}.get(key) \
+        cap = {"a": a.budget_a, "b": a.budget_b or 0.45 * (whole - t0), "d": a.budget_d, "e": a.budget_e}.get(key) \
             if a.parts[n + 1:] else None
         ctx.deadline = min(whole, t0 + cap) if cap else whole
         parts[key](ctx)
@@ -707,8 +946,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--budget-a", type=float, default=130, help="seconds for part a (compiles included)")
     p.add_argument("--budget-b", type=float, default=0, help="seconds for part b (0 = 45%% of what a left)")
     p.add_argument("--parts", default="abc", help="which parts, in order: a profile, b versus, c size table, "
-                                                  "d the decoding step's two compiles")
+                                                  "d the decoding step's two compiles, e the training passes compiled")
     p.add_argument("--budget-d", type=float, default=150, help="seconds for part d when parts come after it")
+    p.add_argument("--budget-e", type=float, default=200, help="seconds for part e when parts come after it")
     p.add_argument("--engine", default="", help="generation_engine for the pipeline runs (auto, eager, ...), when "
                                                 "the checkout's RunConfig has that field")
     p.add_argument("--rounds", type=int, default=2, help="A/B rounds in part b")
@@ -721,6 +961,9 @@ def main(argv: list[str]) -> int:
                    help="part c: rows with gradient checkpointing on, off, or both")
     p.add_argument("--isolate", action="store_true", help="each size-table row in a fresh process (slower to start, "
                                                           "but an OOM or a leak can't touch the next row)")
+    p.add_argument("--no-op-profile", action="store_true", help="part a: no torch.profiler step after the timed ones")
+    p.add_argument("--real-shapes", action="store_true", help="with --cpu-smoke: the real shapes at the smoke run's "
+                                                                "settings (part a's op counts for a real model on a CPU)")
     p.add_argument("--cpu-smoke", action="store_true", help="the same code on the CPU: tiny shapes, 1 step a row")
     return run_all(p.parse_args(argv[1:]))
 

@@ -2,13 +2,19 @@
 # One call on an offline GPU machine (Python 3.12 with torch + CUDA, transformers, peft, accelerate, but no trl or
 # datasets, no network, at most 64 MiB carried, 10 minutes a command), timed to end within GPU_CHECK_BUDGET
 # seconds (default 570) of its start:
-#   a. where a GRPO step's time goes, for the bundled model's shape and Qwen2.5-0.5B's;
+#   a. where a GRPO step's time goes, for the bundled model's shape and Qwen2.5-0.5B's, then one more step under
+#      torch.profiler: aten op calls, kernel launches, host syncs, GPU busy time, the top ops (and a gzipped Chrome
+#      trace per shape, trace-<shape>.json.gz in $OUT, where it is under 12 MiB; --no-op-profile leaves it out);
 #   b. s/step of this app's pipeline against plain TRL (bench/plain_trl.py), interleaved A/B/A/B, same settings;
 #   c. the size table (SmolLM2-135M, Qwen2.5-0.5B/1.5B/7B shapes; GPU standard and GSM8K presets; gradient
 #      checkpointing on and off): s/step, tokens/s, peak memory, and pipeline/setup/gpu_memory.py's estimate beside it.
 #   d. (only when named in GPU_CHECK_PARTS) the static decoding step compiled two ways, TorchInductor + CUDA graphs
 #      as shipped and CUDA graphs alone: first-call (compile) seconds and steady ms a token. GPU_CHECK_PARTS=dab puts
 #      it first in call 1 (about 100 s).
+#   e. (only when named) the training passes compiled by decoder layer (the trainer's torch_compile, accelerate's
+#      regional compilation) against the pipeline as shipped, interleaved: steady s/step, the compile steps, step 1's
+#      loss on both sides. A step far above its arithmetic with its GPU mostly idle is bound by what the host
+#      dispatches (part a's op profile says so); compiling the layers is what cuts that.
 # Rows that do not fit the time left are printed as skipped; an out-of-memory is a row that says OOM.
 #   1. here, once (network):  make gpu-device-files
 #      -> .whl/ (git-ignored): the wheels they lack (trl, datasets, peft, dill, multiprocess) and
@@ -19,6 +25,8 @@
 # same warm machine, the second sent at once (a machine goes back 30 s after a call), e.g.
 #   GPU_CHECK_PARTS=ab GPU_CHECK_BUDGET=345 GPU_CHECK_ARGS="--budget-a 130 --rounds 1" bash ... | tee $OUT/...-ab.txt
 #   GPU_CHECK_PARTS=c GPU_CHECK_BUDGET=440 GPU_CHECK_ARGS="--checkpointing off" bash ... | tee $OUT/...-c.txt
+# or, to find and test what bounds a step: GPU_CHECK_PARTS=ae GPU_CHECK_BUDGET=430 GPU_CHECK_ARGS="--budget-a 130
+#   --rounds 1" first, then part c (or b) with what is left.
 # (part c's --shapes, --presets, --checkpointing and part b's --versus-shapes pick the rows still to measure).
 # Options travel as environment variables: GPU_CHECK_PARTS (abc), GPU_CHECK_ENGINE (the RunConfig field
 # generation_engine for the pipeline runs, when the checkout has it), GPU_CHECK_ARGS (more flags for the .py).

@@ -61,3 +61,26 @@ def test_size_rows_can_be_narrowed_to_the_rows_still_to_measure(tmp_path):
                           size_presets=["GSM8K"], size_checkpointing=(False,))
     rows = check.size_rows(ctx)
     assert [(r["shape"], r["preset"], r["checkpointing"]) for r in rows] == [("Qwen2.5-7B", "GSM8K", False)]
+
+
+def test_the_examples_in_the_checks_docstrings_hold():
+    """bench/ is outside the suite's doctest paths: its examples (the op profile's summary among them) run here."""
+    import doctest
+
+    result = doctest.testmod(check)
+    assert result.attempted >= 3 and result.failed == 0
+
+
+def test_the_compiled_arm_restores_the_trainer_and_accelerate_as_it_found_them():
+    import accelerate.utils
+    import torch
+
+    import pipeline.train as trainer_module
+
+    before = (trainer_module.grpo_args, accelerate.utils.TorchDynamoPlugin, torch._dynamo.config.recompile_limit)
+    with check.compiled_training_passes():
+        assert trainer_module.grpo_args is not before[0]
+        assert accelerate.utils.TorchDynamoPlugin().use_regional_compilation
+        assert torch._dynamo.config.recompile_limit >= 64
+    assert (trainer_module.grpo_args, accelerate.utils.TorchDynamoPlugin,
+            torch._dynamo.config.recompile_limit) == before
