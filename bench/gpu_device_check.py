@@ -374,6 +374,7 @@ class OpProfile:
         self.at_step = at_step
         self.prof = None
         self.wall = None
+        self.done = False  # the profiled step ended (else the run stopped inside it, or before it)
 
     def hook(self, event: str, step: int) -> None:
         import torch
@@ -387,17 +388,25 @@ class OpProfile:
             self.prof = torch.profiler.profile(activities=activities)
             self.prof.__enter__()
             self.wall = time.perf_counter()
-        elif self.prof is not None and self.wall is not None:
+        elif self.prof is not None and not self.done:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             self.prof.__exit__(None, None, None)
             self.wall = time.perf_counter() - self.wall
+            self.done = True
+
+    def close(self) -> None:
+        """Stops a profiler the run left running (it ended inside the profiled step)."""
+        if self.prof is not None and not self.done:
+            self.prof.__exit__(None, None, None)
+            self.prof = None
 
     def summary(self, top: int = 14) -> tuple[list[str], dict]:
         """Lines to print and the figures to record."""
         from torch.autograd import DeviceType
 
-        if self.prof is None or not isinstance(self.wall, float):
+        if self.prof is None or not self.done:
+            self.close()
             return ["   (no step was profiled: the run ended first)"], {}
         rows = self.prof.key_averages()
         spans = [(e.name, e.time_range.start, e.time_range.end, e.thread) for e in self.prof.events()
@@ -416,7 +425,7 @@ class OpProfile:
         """The step's Chrome trace, gzipped, where it is small enough to come back from the machine."""
         import gzip
 
-        if self.prof is None or not isinstance(self.wall, float):
+        if self.prof is None or not self.done:
             return ""
         raw = path.with_suffix("")  # x.json.gz -> x.json
         self.prof.export_chrome_trace(str(raw))
@@ -520,7 +529,7 @@ def part_profile(ctx) -> None:
             profile.step_hooks.append(ops.hook)
         t0 = time.time()
         result = train_here(ctx.work / f"profile-{name}", cfg, min(ctx.left() - 5, ctx.part_cap),
-                            on_trainer=lambda t: profile.install(with_gpu_logps_pass(t) if ctx.smoke else t))
+                            on_trainer=lambda t: profile.install(with_gpu_logps_pass(t) if ctx.smoke and ctx.gpu_pass else t))
         print(f"-- {name}: {result['state']}, {len(profile.steps)} step(s) profiled in {time.time() - t0:.0f} s; "
               f"G={cfg['num_generations']}, batch {cfg['batch_size']}, {cfg['max_completion_length']} tokens, "
               f"precision {ctx.precision}, generation {result['generation']}"
@@ -886,13 +895,16 @@ class Context:
         # part b's settings (and a's): the bundled shape at G=8 and 128 completion tokens, 2 prompts a step
         self.ab_fields = {"num_generations": 8, "batch_size": 16, "max_completion_length": 128}
         if self.smoke:
-            self.ab_fields = {"num_generations": 4, "batch_size": 4, "max_completion_length": 8}
+            self.ab_fields = {"num_generations": 4, "batch_size": 8, "max_completion_length": 8}  # 2 prompts, as there
         self.profile_steps = 2 if self.smoke else 3
         self.op_profile = not a.no_op_profile
+        self.gpu_pass = not a.cpu_logps_pass
         self.versus_steps = 2 if self.smoke else a.versus_steps
         self.rounds = a.rounds
         self.size_steps = 1 if self.smoke else 2
         self.part_cap, self.row_cap, self.min_row_s = (120, 120, 20) if self.smoke else (150, 150, 30)
+        if self.smoke and a.real_shapes:
+            self.part_cap = 300  # TRL's log-prob head in plain torch over a 151,936-word vocabulary, on 2 cores
         self.isolate = a.isolate
         self.results: dict[str, list] = {"profile": [], "versus": [], "size": [], "decode": [], "compiled": []}
 
@@ -964,6 +976,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--no-op-profile", action="store_true", help="part a: no torch.profiler step after the timed ones")
     p.add_argument("--real-shapes", action="store_true", help="with --cpu-smoke: the real shapes at the smoke run's "
                                                                 "settings (part a's op counts for a real model on a CPU)")
+    p.add_argument("--cpu-logps-pass", action="store_true", help="with --cpu-smoke: the log-prob pass a CPU run "
+                                                                   "takes (else TRL's, as on a GPU)")
     p.add_argument("--cpu-smoke", action="store_true", help="the same code on the CPU: tiny shapes, 1 step a row")
     return run_all(p.parse_args(argv[1:]))
 
