@@ -6,8 +6,9 @@
   c. the size table: SmolLM2-135M, Qwen2.5-0.5B, 1.5B and 7B shapes under the GPU standard and GSM8K presets'
      settings, with and without gradient checkpointing: s/step, completion tokens/s, peak memory, and the
      memory estimate of pipeline/setup/gpu_memory.py beside it;
-  d. (asked for by name) the static decoding step compiled two ways, TorchInductor + CUDA graphs as shipped and
-     CUDA graphs alone: the first call's compile time and the steady time a token.
+  d. (asked for by name) the static decoding step compiled three ways, TorchInductor + CUDA graphs as shipped,
+     CUDA graphs alone, and as shipped with the sampling inside the graph: the first call's compile time and the
+     steady time a token.
   e. (asked for by name) the training passes compiled: the pipeline as shipped against the same run with the
      trainer's torch_compile by decoder layer (accelerate's regional compilation), interleaved; s/step, the first
      steps' seconds (compiles), and step 1's loss and KL on both sides (the same samples, so they should agree).
@@ -554,13 +555,16 @@ def part_profile(ctx) -> None:
                                "seconds_per_step": dict(profile.table()), "op_profile": op_figures})
 
 
-# ---- d. the decoding step, compiled two ways -----------------------------------------------------------------
+# ---- d. the decoding step, compiled three ways ---------------------------------------------------------------
 
 # How static decoding compiles its step (pipeline/models/static_decode.py: compile_on_gpu) and the alternative: CUDA
 # graphs over the unfused aten ops, which skips TorchInductor's code generation (the most of a first step's tens of
 # seconds) at the price of more, smaller kernels in the graph.
-DECODE_COMPILES = {"inductor + CUDA graphs (as shipped)": {"mode": "reduce-overhead"},
-                   "CUDA graphs alone (backend cudagraphs)": {"backend": "cudagraphs"}}
+# The third: the shipped compile with the sampling (processors, the draw, the end-of-row bookkeeping) inside the graph
+# too (StaticDecoder(sample_in_graph=True)), so a token is one replay and a few copies.
+DECODE_COMPILES = {"inductor + CUDA graphs (as shipped)": ({"mode": "reduce-overhead"}, False),
+                   "CUDA graphs alone (backend cudagraphs)": ({"backend": "cudagraphs"}, False),
+                   "inductor + CUDA graphs, sampling in the graph": ({"mode": "reduce-overhead"}, True)}
 
 
 def part_decode(ctx) -> None:
@@ -573,7 +577,7 @@ def part_decode(ctx) -> None:
     from pipeline.models import engine
     from pipeline.models.static_decode import StaticDecoder
 
-    print("\n== d. the decoding step compiled two ways (bundled shape, merged LoRA; first call compiles)")
+    print("\n== d. the decoding step compiled three ways (bundled shape, merged LoRA; first call compiles)")
     name = next(iter(ctx.shapes))
     folder = model_folder(name, ctx.shapes, ctx.skeleton, ctx.work, weights=False)
     cuda = torch.cuda.is_available()
@@ -591,7 +595,7 @@ def part_decode(ctx) -> None:
     config = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new,
                               pad_token_id=0, eos_token_id=None)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    for label, options in DECODE_COMPILES.items():
+    for label, (options, in_graph) in DECODE_COMPILES.items():
         if ctx.left() < 45:
             print(f"   {label}: skipped, the time budget is spent")
             continue
@@ -600,7 +604,7 @@ def part_decode(ctx) -> None:
         def compiler(step, device, options=options):
             return torch.compile(step, dynamic=False, **options) if cuda else step
 
-        decoder = StaticDecoder(compiler=compiler)
+        decoder = StaticDecoder(compiler=compiler, sample_in_graph=in_graph)
         seconds, error = [], None
         try:
             with torch.no_grad(), engine.merged_adapter(model, decoder.weight_copies):
@@ -616,12 +620,13 @@ def part_decode(ctx) -> None:
             error = f"{type(exc).__name__}: {str(exc)[:300]}"
         call = steady(seconds)
         if error or not seconds:
-            print(f"   {label:<40} failed: {error}")
+            print(f"   {label:<46} failed: {error}")
         else:
-            print(f"   {label:<40} first call {seconds[0]:6.1f} s; then {call:6.3f} s a call of {rows} rows x "
+            print(f"   {label:<46} first call {seconds[0]:6.1f} s; then {call:6.3f} s a call of {rows} rows x "
                   f"{tokens.size(1)} tokens, {1000 * call / tokens.size(1):5.2f} ms a token"
                   + ("" if cuda else " (CPU: not compiled)"))
-        ctx.record("decode", {"compile": label, "options": options, "rows": rows, "tokens": new,
+        ctx.record("decode", {"compile": label, "options": options, "sample_in_graph": in_graph, "rows": rows,
+                              "tokens": new,
                               "seconds": seconds, "error": error})
         del decoder
         gc.collect()

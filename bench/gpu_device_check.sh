@@ -8,9 +8,9 @@
 #   b. s/step of this app's pipeline against plain TRL (bench/plain_trl.py), interleaved A/B/A/B, same settings;
 #   c. the size table (SmolLM2-135M, Qwen2.5-0.5B/1.5B/7B shapes; GPU standard and GSM8K presets; gradient
 #      checkpointing on and off): s/step, tokens/s, peak memory, and pipeline/setup/gpu_memory.py's estimate beside it.
-#   d. (only when named in GPU_CHECK_PARTS) the static decoding step compiled two ways, TorchInductor + CUDA graphs
-#      as shipped and CUDA graphs alone: first-call (compile) seconds and steady ms a token. GPU_CHECK_PARTS=dab puts
-#      it first in call 1 (about 100 s).
+#   d. (only when named in GPU_CHECK_PARTS) the static decoding step compiled three ways, TorchInductor + CUDA graphs
+#      as shipped, CUDA graphs alone, and as shipped with the sampling inside the graph: first-call (compile) seconds
+#      and steady ms a token. GPU_CHECK_PARTS=dab puts it first in call 1 (about 150 s).
 #   e. (only when named) the training passes compiled by decoder layer (the trainer's torch_compile, accelerate's
 #      regional compilation) against the pipeline as shipped, interleaved: steady s/step, the compile steps, step 1's
 #      loss on both sides. A step far above its arithmetic with its GPU mostly idle is bound by what the host

@@ -164,6 +164,15 @@ def static_problem(model, generation_config) -> str | None:
         return f"static decoding is unavailable here ({type(exc).__name__}: {str(exc)[:200]})"
 
 
+def sampling_key(sampling: Sampling) -> tuple:
+    """What a step that samples in its graph is built for: its processors' settings, greedy or not, the end and
+    pad tokens. Another value of any of them (a temperature steered mid-run) builds another step."""
+    settings = tuple((type(p).__name__, tuple(sorted((k, v) for k, v in vars(p).items()
+                                                     if isinstance(v, (int, float, bool, str)))))
+                     for p in sampling.processors)
+    return settings, sampling.do_sample, tuple(sampling.eos), sampling.pad
+
+
 def compile_on_gpu(step, device):
     """The decoding step as it runs: captured by torch.compile in CUDA graphs on a GPU (each token one graph
     replay); unchanged elsewhere (on the CPU the compile costs more than the launches it saves)."""
@@ -172,6 +181,22 @@ def compile_on_gpu(step, device):
     if str(device).split(":")[0] != "cuda":
         return step
     return torch.compile(step, mode="reduce-overhead", dynamic=False)
+
+
+def race_sample(probs, uniform):
+    """One token per row drawn from `probs` (rows x vocabulary) by an exponential race: the token with the smallest
+    E_i / p_i, E_i = -log(U_i) independent Exp(1) draws, is token i with probability p_i, the distribution
+    torch.multinomial draws from. Unlike multinomial it is a few elementwise operations and an argmax, so it can
+    run inside a captured graph, with the uniform draws made there. A probability of 0 (a filtered token) never
+    wins.
+
+    >>> import torch
+    >>> race_sample(torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]), torch.tensor([[0.9, 0.2, 0.5], [0.1, 0.5, 0.99]]))
+    tensor([1, 2])
+    """
+    import torch
+
+    return (probs / -torch.log(uniform)).argmax(dim=-1)
 
 
 class StaticDecoder:
@@ -183,9 +208,13 @@ class StaticDecoder:
     (`weight_copies`), so a captured graph reads the current weights after every optimizer step.
     """
 
-    def __init__(self, compiler=compile_on_gpu, min_length: int = 0) -> None:
+    def __init__(self, compiler=compile_on_gpu, min_length: int = 0, sample_in_graph: bool = False) -> None:
         self.compiler = compiler  # (step, device) -> step as it runs
         self.min_length = min_length  # the longest prompt plus the completion budget, when known
+        # Sampling (the logits processors, the draw, the end-of-row bookkeeping, the token's log-prob) inside the
+        # compiled step, so a token is one graph replay and a few copies rather than a replay and some twenty
+        # operations launched one by one. The same distribution; the draws come from the graph's own generator.
+        self.sample_in_graph = sample_in_graph
         self.weight_copies: dict = {}  # engine.merged_adapter's persistent copies
         self._key = None
         self._cache = None
@@ -193,15 +222,17 @@ class StaticDecoder:
         self._step = None
         self.builds = 0  # how many times the buffers and the step were (re)built
 
-    def _prepare(self, lm, rows: int, length: int, dtype, device) -> None:
-        """The cache, mask and step for `rows` rows and at least `length` positions."""
+    def _prepare(self, lm, rows: int, length: int, dtype, device, sampling: Sampling | None = None) -> None:
+        """The cache, mask and step for `rows` rows and at least `length` positions (and, sampling in the graph,
+        these sampling settings: a step is built for one temperature, top-k, top-p, min-p and set of end tokens)."""
         import torch
         from transformers import StaticCache
 
         capacity = round_up(max(length, self.min_length))
+        drawn = sampling_key(sampling) if self.sample_in_graph else None
         if self._key is not None:
             built_for, rows_before, have = self._key[0], self._key[1], self._key[2]
-            if self._key == (built_for, rows, have, dtype, device) and built_for is lm and have >= length:
+            if self._key == (built_for, rows, have, dtype, device, drawn) and built_for is lm and have >= length:
                 return  # the usual case: the same buffers and compiled step as the last call
             if rows_before == rows:
                 capacity = max(capacity, have)  # never shrink: a shorter batch would recompile for nothing
@@ -224,9 +255,28 @@ class StaticDecoder:
                      past_key_values=cache, use_cache=True, logits_to_keep=1)
             return out.logits[:, -1].to(dtype=torch.float32, copy=True)
 
+        if self.sample_in_graph:
+            processors, do_sample, pad = sampling.processors, sampling.do_sample, sampling.pad
+            eos = torch.tensor(sampling.eos, device=device, dtype=torch.long) if sampling.eos else None
+
+            def sample_step(embeds, positions, mask, cache, unfinished):
+                # The step above, then what generate does with its logits, all in one graph. The processors
+                # applied here (temperature, top-k, top-p, min-p) never read the ids, so none are passed.
+                scores = processors(None, step(embeds, positions, mask, cache))
+                if do_sample:
+                    probs = torch.softmax(scores, dim=-1)
+                    chosen = race_sample(probs, torch.rand_like(probs))
+                else:
+                    chosen = torch.argmax(scores, dim=-1)
+                if eos is not None:
+                    chosen = torch.where(unfinished, chosen, torch.full_like(chosen, pad))
+                    unfinished = unfinished & ~torch.isin(chosen, eos)
+                logprob = torch.log_softmax(scores, dim=-1).gather(-1, chosen[:, None]).squeeze(-1)
+                return chosen, unfinished, logprob
+
         self._cache, self._mask = cache, mask
-        self._step = self.compiler(step, device)
-        self._key = (lm, rows, capacity, dtype, device)
+        self._step = self.compiler(sample_step if self.sample_in_graph else step, device)
+        self._key = (lm, rows, capacity, dtype, device, drawn)
         self.builds += 1
 
     def generate(self, model, prompt_ids: list[list[int]], generation_config, with_logprobs: bool = False):
@@ -261,7 +311,7 @@ class StaticDecoder:
             backbone(input_ids=pre_ids[first], attention_mask=pre_mask[first], position_ids=positions,
                      past_key_values=prefill, use_cache=True)
             dtype = prefill.layers[0].keys.dtype  # what the attention layers write (autocast included)
-        self._prepare(lm, rows, width + new, dtype, device)
+        self._prepare(lm, rows, width + new, dtype, device, sampling)
         cache = self._cache
         if prefill is not None:
             if len(prefill.layers) != len(cache.layers):
@@ -291,6 +341,18 @@ class StaticDecoder:
                 break
             if mark_step is not None:
                 mark_step()  # the previous step's outputs are consumed: the graph may overwrite them
+            if self.sample_in_graph:
+                # The graph's outputs are copied out at once (the next replay reuses their memory); the next
+                # token is read from `out`, which this call owns.
+                chosen, still, chosen_lp = self._step(embed(tokens[:, None]), positions, self._mask, cache,
+                                                      unfinished)
+                out[:, t] = chosen
+                unfinished.copy_(still)
+                if with_logprobs:
+                    logprobs[:, t] = chosen_lp
+                tokens, positions = out[:, t], positions + 1
+                done = t + 1
+                continue
             scores = sampling.processors(ids, self._step(embed(tokens[:, None]), positions, self._mask, cache))
             if sampling.do_sample:
                 chosen = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)

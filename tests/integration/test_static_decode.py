@@ -71,7 +71,11 @@ def test_greedy_tokens_equal_generate_with_left_padding_and_a_row_ending_early(l
     assert decoder.builds == 1  # the second call reused the buffers
 
 
-def test_sampled_tokens_log_probs_equal_a_fresh_forward(lora_model):
+IN_GRAPH = pytest.mark.parametrize("in_graph", [False, True], ids=["sampling outside", "sampling in the graph"])
+
+
+@IN_GRAPH
+def test_sampled_tokens_log_probs_equal_a_fresh_forward(lora_model, in_graph):
     """The decoder samples from softmax(logits / T) of the model at each position: the log-prob it drew each
     token under equals the log-prob a fresh full forward gives that token (as GRPO scores it), for every
     row and every token up to the row's end."""
@@ -86,7 +90,7 @@ def test_sampled_tokens_log_probs_equal_a_fresh_forward(lora_model):
     temperature = 0.7
     gc = GenerationConfig(max_new_tokens=20, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
                           pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-    decoder = StaticDecoder()
+    decoder = StaticDecoder(sample_in_graph=in_graph)
     torch.manual_seed(5)
     with torch.no_grad(), engine.merged_adapter(model, decoder.weight_copies):
         tokens, sampled_lp = decoder.generate(model, rows, gc, with_logprobs=True)
@@ -103,7 +107,8 @@ def test_sampled_tokens_log_probs_equal_a_fresh_forward(lora_model):
     assert len({tuple(r) for r in tokens.tolist()}) > 1  # it did sample: rows of one prompt differ
 
 
-def test_top_k_sampling_stays_within_the_top_k(lora_model):
+@IN_GRAPH
+def test_top_k_sampling_stays_within_the_top_k(lora_model, in_graph):
     from transformers import GenerationConfig
 
     from pipeline.models import engine
@@ -116,7 +121,7 @@ def test_top_k_sampling_stays_within_the_top_k(lora_model):
                           pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     torch.manual_seed(1)
     with torch.no_grad(), engine.merged_adapter(model):
-        tokens, lp = StaticDecoder().generate(model, rows, gc, with_logprobs=True)
+        tokens, lp = StaticDecoder(sample_in_graph=in_graph).generate(model, rows, gc, with_logprobs=True)
         ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + p for p in rows])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows])
         full_mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)

@@ -193,7 +193,8 @@ def test_a_failing_static_decoder_falls_back_and_says_why(tmp_path):
     assert status["generation_note"] == "static decoding failed (RuntimeError: no CUDA graph today)"
 
 
-def test_the_decoding_step_compiles_to_one_graph_across_prompt_lengths_and_lora_updates(tmp_path):
+@pytest.mark.parametrize("sample_in_graph", [False, True], ids=["sampling outside", "sampling in the graph"])
+def test_the_decoding_step_compiles_to_one_graph_across_prompt_lengths_and_lora_updates(tmp_path, sample_in_graph):
     """On a GPU the step runs under torch.compile in CUDA graphs. A graph break (a host sync such as .item(), an
     unsupported op) or a recompile per call (a changing shape or stride) would undo that. Traced here with
     fullgraph=True on the CPU: three calls with different prompt widths and a LoRA update between each give
@@ -207,7 +208,8 @@ def test_the_decoding_step_compiles_to_one_graph_across_prompt_lengths_and_lora_
     torch._dynamo.reset()
     counters.clear()
     decoder = StaticDecoder(compiler=lambda step, device: torch.compile(step, backend="eager", fullgraph=True,
-                                                                         dynamic=False))
+                                                                         dynamic=False),
+                            sample_in_graph=sample_in_graph)
     lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
     gen = torch.Generator().manual_seed(0)
     for prompts in (PROMPTS, [[2, 3], [4, 5, 6, 7, 8, 9, 10], [11]], [[3, 4], [5, 6], [7, 8, 9]]):
@@ -301,3 +303,46 @@ def test_build_trainer_gives_a_static_run_its_decoder_and_header(tmp_path, monke
     default = built()
     assert default.studio_static is None
     assert default.studio_generation == {"generation": "eager", "generation_note": None}
+
+
+def test_the_exponential_race_draws_each_token_with_its_probability():
+    """race_sample, the draw a step that samples in its graph makes, against the categorical distribution it
+    stands for: 40,000 draws from five probabilities (one of them 0) land within 4 standard errors of each."""
+    probs = torch.tensor([0.5, 0.25, 0.15, 0.1, 0.0])
+    gen = torch.Generator().manual_seed(3)
+    n = 40_000
+    draws = static_decode.race_sample(probs.expand(n, -1), torch.rand(n, 5, generator=gen))
+    share = torch.bincount(draws, minlength=5).double() / n
+    stderr = (probs.double() * (1 - probs.double()) / n).sqrt()
+    assert share[4] == 0
+    assert ((share - probs.double()).abs() <= 4 * stderr + 1e-12).all(), share
+
+
+def test_sampling_in_the_graph_traces_as_one_graph_and_rebuilds_for_a_new_temperature(tmp_path):
+    """With sampling inside the step (the draw from the graph's own generator), the step still traces with
+    fullgraph=True and no recompile across calls; a temperature steered between calls builds a step for it,
+    since the step holds its sampling settings."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    trainer = studio_trainer(tmp_path)
+    model = trainer.model
+    gc = trainer.generation_config
+    gc.do_sample, gc.max_new_tokens, gc.temperature, gc.top_k, gc.top_p = True, 6, 0.9, 5, 0.95
+    torch._dynamo.reset()
+    counters.clear()
+    decoder = StaticDecoder(compiler=lambda step, device: torch.compile(step, backend="eager", fullgraph=True,
+                                                                         dynamic=False), sample_in_graph=True)
+    rows = rows_of(PROMPTS)
+    with torch.no_grad(), engine.merged_adapter(model, decoder.weight_copies):
+        first, lp = decoder.generate(model, rows, gc, with_logprobs=True)
+        second = decoder.generate(model, rows, gc)
+        assert decoder.builds == 1 and counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+        gc.temperature = 1.3
+        decoder.generate(model, rows, gc)
+    assert decoder.builds == 2
+    assert first.shape == second.shape == (len(rows), 6)
+    eos = [int(e) for e in (gc.eos_token_id if isinstance(gc.eos_token_id, list) else [gc.eos_token_id])]
+    live = torch.tensor([[t < len(r) for t in range(6)] for r in (engine.cut_at_eos(row, eos) for row in first.tolist())])
+    assert live.any() and (lp[live] <= 0).all()
+    assert (lp[live] > torch.log(torch.tensor(1e-6))).all(), lp  # top-5 of a renormalised softmax: never tiny
