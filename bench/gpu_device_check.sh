@@ -25,8 +25,9 @@
 # same warm machine, the second sent at once (a machine goes back 30 s after a call), e.g.
 #   GPU_CHECK_PARTS=ab GPU_CHECK_BUDGET=345 GPU_CHECK_ARGS="--budget-a 130 --rounds 1" bash ... | tee $OUT/...-ab.txt
 #   GPU_CHECK_PARTS=c GPU_CHECK_BUDGET=440 GPU_CHECK_ARGS="--checkpointing off" bash ... | tee $OUT/...-c.txt
-# or, to find and test what bounds a step: GPU_CHECK_PARTS=ae GPU_CHECK_BUDGET=430 GPU_CHECK_ARGS="--budget-a 130
-#   --rounds 1" first, then part c (or b) with what is left.
+# or, to find and test what bounds a step (the two calls together fit 15 minutes with the machine's start):
+#   GPU_CHECK_PARTS=ae GPU_CHECK_BUDGET=400 GPU_CHECK_ARGS="--budget-a 150 --rounds 1 --versus-shapes SmolLM2-135M"
+#   GPU_CHECK_PARTS=dc GPU_CHECK_BUDGET=330 GPU_CHECK_ARGS="--budget-d 120 --checkpointing off"
 # (part c's --shapes, --presets, --checkpointing and part b's --versus-shapes pick the rows still to measure).
 # Options travel as environment variables: GPU_CHECK_PARTS (abc), GPU_CHECK_ENGINE (the RunConfig field
 # generation_engine for the pipeline runs, when the checkout has it), GPU_CHECK_ARGS (more flags for the .py).
