@@ -271,6 +271,7 @@ class StepProfile:
         self.counting = False
         self.begin = None
         self.steps: list[float] = []
+        self.global_step = 0  # the trainer's step count when the current step began
         self.timed_steps = timed_steps  # steps 1..timed_steps-1 are timed; later ones (the op profile's) are not
         self.step_hooks: list = []  # (event, global_step) -> None, called at "begin" and "end" of every step
 
@@ -487,9 +488,11 @@ def op_summary(events: list[tuple[str, int, float, float, float, bool]], wall_s:
     busy = sum(e[4] for e in kernels) / 1e6
     figures = {"wall_s": round(wall_s, 4), "aten_calls": aten, "launches": launches, "syncs": syncs,
                "gpu_busy_s": round(busy, 6)}
-    lines = [f"   one step under torch.profiler: {wall_s:.3f} s wall; {aten} aten op calls, {launches} kernel launches, "
-             f"{syncs} host syncs; GPU kernels busy {busy:.3f} s ({busy / max(wall_s, 1e-9):.0%} of the wall)"]
-    lines += [f"   {e[0]:<48} {e[3] / 1e3:9.3f} ms" for e in sorted(events, key=lambda e: -e[3]) if e[0].startswith("## ")]
+    lines = [f"   one step under torch.profiler: {wall_s:.3f} s wall; {aten} aten op calls, "
+             f"{launches} kernel launches, {syncs} host syncs; GPU kernels busy {busy:.3f} s "
+             f"({busy / max(wall_s, 1e-9):.0%} of the wall)"]
+    phases = [e for e in sorted(events, key=lambda e: -e[3]) if e[0].startswith("## ")]
+    lines += [f"   {e[0]:<48} {e[3] / 1e3:9.3f} ms" for e in phases]
     host = sorted((e for e in events if not e[0].startswith("## ") and not e[5]), key=lambda e: -e[2])[:top]
     lines.append(f"   top host time (self):                            {'calls':>7} {'ms':>9}")
     lines += [f"     {e[0][:48]:<48} {e[1]:7d} {e[2] / 1e3:9.3f}" for e in host]
@@ -499,7 +502,7 @@ def op_summary(events: list[tuple[str, int, float, float, float, bool]], wall_s:
         lines += [f"     {e[0][:48]:<48} {e[1]:7d} {e[4] / 1e3:9.3f}" for e in device]
     figures["top_host"] = [[e[0], e[1], round(e[2] / 1e3, 3)] for e in host]
     figures["top_gpu"] = [[e[0], e[1], round(e[4] / 1e3, 3)] for e in device]
-    figures["phases_ms"] = {e[0][3:]: round(e[3] / 1e3, 3) for e in events if e[0].startswith("## ")}
+    figures["phases_ms"] = {e[0][3:]: round(e[3] / 1e3, 3) for e in phases}
     return lines, figures
 
 
@@ -529,8 +532,9 @@ def part_profile(ctx) -> None:
         if ops:
             profile.step_hooks.append(ops.hook)
         t0 = time.time()
+        gpu_pass = with_gpu_logps_pass if ctx.smoke and ctx.gpu_pass else (lambda trainer: trainer)
         result = train_here(ctx.work / f"profile-{name}", cfg, min(ctx.left() - 5, ctx.part_cap),
-                            on_trainer=lambda t: profile.install(with_gpu_logps_pass(t) if ctx.smoke and ctx.gpu_pass else t))
+                            on_trainer=lambda t: profile.install(gpu_pass(t)))
         print(f"-- {name}: {result['state']}, {len(profile.steps)} step(s) profiled in {time.time() - t0:.0f} s; "
               f"G={cfg['num_generations']}, batch {cfg['batch_size']}, {cfg['max_completion_length']} tokens, "
               f"precision {ctx.precision}, generation {result['generation']}"
@@ -700,9 +704,9 @@ def part_versus(ctx) -> None:
 def compiled_training_passes():
     """Runs started inside train with the trainer's own torch_compile (TorchInductor, default mode), by decoder layer:
     accelerate's regional compilation compiles one layer's code and every layer reuses it. The model the loss
-    forward and backward go through is the compiled one; generation (its own compiled step) is unchanged. Every
-    call of a layer goes through its compiled code (the reference pass without grad, the loss forward with it, the
-    prefill with a cache), each a variant of its own, so the recompile limit is raised for the run."""
+    forward and backward go through is the compiled one (the reference pass uses the trainer's unwrapped model).
+    Sampling unwraps the model with its compiled layers kept, so the prefill (and, eager, each decoded token) is a
+    variant of its own beside the loss forward's: the recompile limit is raised for the run."""
     import accelerate.utils
     import torch
 
@@ -738,7 +742,7 @@ def part_compiled(ctx) -> None:
     sides = ("as shipped", "compiled")
     for name in ctx.versus_shapes:
         folder = model_folder(name, ctx.shapes, ctx.skeleton, ctx.work, weights=False)
-        cfg, dropped = run_config(folder, {**ctx.ab_fields, **ctx.engine_field}, ctx.versus_steps + 1)
+        cfg, _ = run_config(folder, {**ctx.ab_fields, **ctx.engine_field}, ctx.versus_steps + 1)
         found: dict[str, list] = {side: [] for side in sides}
         for i in range(ctx.rounds):
             for side in sides:
@@ -979,8 +983,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--isolate", action="store_true", help="each size-table row in a fresh process (slower to start, "
                                                           "but an OOM or a leak can't touch the next row)")
     p.add_argument("--no-op-profile", action="store_true", help="part a: no torch.profiler step after the timed ones")
-    p.add_argument("--real-shapes", action="store_true", help="with --cpu-smoke: the real shapes at the smoke run's "
-                                                                "settings (part a's op counts for a real model on a CPU)")
+    p.add_argument("--real-shapes", action="store_true",
+                   help="with --cpu-smoke: the real shapes at the smoke run's settings (part a's op counts for a real "
+                        "model on a CPU)")
     p.add_argument("--cpu-logps-pass", action="store_true", help="with --cpu-smoke: the log-prob pass a CPU run "
                                                                    "takes (else TRL's, as on a GPU)")
     p.add_argument("--cpu-smoke", action="store_true", help="the same code on the CPU: tiny shapes, 1 step a row")

@@ -327,7 +327,7 @@ class StaticDecoder:
 
         # 2. Token by token, from the last prompt token on: one step (a graph replay on a GPU), then sampling
         #    on the device. No host sync but the stop check every CHECK_EVERY tokens.
-        tokens = ids[:, -1].contiguous()  # the same strides every step: one compiled graph
+        tokens = ids[:, -1]  # only its embedding goes into the step: the same shape and strides every token
         positions = prompt_mask.sum(-1) - 1
         eos = torch.tensor(sampling.eos, device=device, dtype=torch.long)
         unfinished = torch.ones(rows, dtype=torch.bool, device=device)
@@ -341,29 +341,24 @@ class StaticDecoder:
                 break
             if mark_step is not None:
                 mark_step()  # the previous step's outputs are consumed: the graph may overwrite them
+            embeds = embed(tokens[:, None])
             if self.sample_in_graph:
-                # The graph's outputs are copied out at once (the next replay reuses their memory); the next
-                # token is read from `out`, which this call owns.
-                chosen, still, chosen_lp = self._step(embed(tokens[:, None]), positions, self._mask, cache,
-                                                      unfinished)
-                out[:, t] = chosen
-                unfinished.copy_(still)
-                if with_logprobs:
-                    logprobs[:, t] = chosen_lp
-                tokens, positions = out[:, t], positions + 1
-                done = t + 1
-                continue
-            scores = sampling.processors(ids, self._step(embed(tokens[:, None]), positions, self._mask, cache))
-            if sampling.do_sample:
-                chosen = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+                chosen, still, chosen_lp = self._step(embeds, positions, self._mask, cache, unfinished)
+                unfinished.copy_(still)  # the graph's outputs are copied out at once: the next replay reuses them
             else:
-                chosen = torch.argmax(scores, dim=-1)
-            if sampling.eos:
-                chosen = torch.where(unfinished, chosen, torch.full_like(chosen, pad))
-                unfinished &= ~torch.isin(chosen, eos)
+                scores = sampling.processors(ids, self._step(embeds, positions, self._mask, cache))
+                if sampling.do_sample:
+                    chosen = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+                else:
+                    chosen = torch.argmax(scores, dim=-1)
+                if sampling.eos:
+                    chosen = torch.where(unfinished, chosen, torch.full_like(chosen, pad))
+                    unfinished &= ~torch.isin(chosen, eos)
+                chosen_lp = torch.log_softmax(scores, dim=-1).gather(-1, chosen[:, None]).squeeze(-1) \
+                    if with_logprobs else None
             out[:, t] = chosen
             if with_logprobs:
-                logprobs[:, t] = torch.log_softmax(scores, dim=-1).gather(-1, chosen[:, None]).squeeze(-1)
-            tokens, positions = chosen, positions + 1
+                logprobs[:, t] = chosen_lp
+            tokens, positions = out[:, t], positions + 1  # the next token, read from `out`, which this call owns
             done = t + 1
         return (out[:, :done], logprobs[:, :done]) if with_logprobs else out[:, :done]

@@ -343,6 +343,7 @@ def test_sampling_in_the_graph_traces_as_one_graph_and_rebuilds_for_a_new_temper
     assert decoder.builds == 2
     assert first.shape == second.shape == (len(rows), 6)
     eos = [int(e) for e in (gc.eos_token_id if isinstance(gc.eos_token_id, list) else [gc.eos_token_id])]
-    live = torch.tensor([[t < len(r) for t in range(6)] for r in (engine.cut_at_eos(row, eos) for row in first.tolist())])
+    ends = [engine.cut_at_eos(row, eos) for row in first.tolist()]
+    live = torch.tensor([[t < len(r) for t in range(6)] for r in ends])
     assert live.any() and (lp[live] <= 0).all()
     assert (lp[live] > torch.log(torch.tensor(1e-6))).all(), lp  # top-5 of a renormalised softmax: never tiny
