@@ -42,6 +42,9 @@ def test_year_filtered_query_shows_results_and_streams_an_answer(page, app_url):
         time.sleep(0.1)
     assert len(lengths) >= 3 and lengths == sorted(lengths), lengths
     expect(page.locator("#rag-used")).to_have_text(re.compile(r"Drew on|names none"), timeout=240_000)
+    # Under it, the answer checked against the films given.
+    expect(page.locator("#rag-used")).to_contain_text(re.compile(r"Checked against the films given|Not in the films "
+                                                                 r"given"))
 
     # The exact prompt is one click away and holds the query and the numbered films.
     page.get_by_text("Prompt sent to the model").click()
@@ -140,6 +143,9 @@ def test_compare_with_base_answers_from_the_same_films_side_by_side(page, app_ur
     expect(tuned).to_contain_text(f"Tuned: {run_dir.name}", timeout=240_000)
     expect(base).to_contain_text("Base: bundled/SmolLM2-135M-Instruct", timeout=60_000)
     expect(page.locator("#rag-used")).to_have_text(re.compile(r"Drew on|names none"), timeout=240_000)
+    # Each answer checked against the films, under its model's name.
+    expect(page.locator("#rag-used")).to_contain_text(re.compile(r"Tuned: (Checked|Not in)"))
+    expect(page.locator("#rag-used")).to_contain_text(re.compile(r"Base: (Checked|Not in)"))
     for column in (tuned, base):  # both answered: more than the name and the loading line
         expect(column).not_to_contain_text("Loading the model", timeout=60_000)
     assert len(base.inner_text().strip()) > len("Base: bundled/SmolLM2-135M-Instruct") + 3

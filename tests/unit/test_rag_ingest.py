@@ -179,7 +179,7 @@ class FakeRequest:
 
 
 def test_cancel_button_stops_only_its_own_sessions_upload(model, tmp_path, monkeypatch):
-    from ui import rag as rag_ui
+    from ui import rag_table as rag_ui
 
     monkeypatch.setattr(store_mod, "EMBED_BATCH", 4)
     in_second_batch, release = threading.Event(), threading.Event()

@@ -50,7 +50,7 @@ def test_the_rag_header_names_the_table_without_the_servers_paths():
     never the server's absolute path."""
     from pipeline.run_folder.paths import data_dir
     from retrieval.store import StoreInfo
-    from ui.rag import status_html
+    from ui.rag_table import status_html
 
     where = data_dir() / "lancedb"
     text = status_html(StoreInfo(rows=3, embedder="e", dims=4, genres=["Drama"], year_min=1999, year_max=2001,

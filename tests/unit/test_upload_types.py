@@ -44,7 +44,7 @@ def test_train_tab_refuses_other_file_types_itself(own_data, tmp_path, name):
 @pytest.mark.parametrize("name", ["films.txt", "films.exe", "films.json"])
 def test_rag_tab_refuses_other_file_types_itself(own_data, tmp_path, name):
     from retrieval.store import MovieStore
-    from ui import rag as rag_ui
+    from ui import rag_table as rag_ui
 
     _, receive_upload, *_ = rag_ui.make_table_handlers(MovieStore(tmp_path / "db", table_name="t"))
     stored, message, *drops = receive_upload(str(upload_file(tmp_path, name)))
@@ -56,7 +56,7 @@ def test_rag_tab_refuses_other_file_types_itself(own_data, tmp_path, name):
 def test_both_tabs_take_a_csv(own_data, tmp_path):
     """The same handlers with an accepted type do store it: the refusals above are the type check's."""
     from retrieval.store import MovieStore
-    from ui import rag as rag_ui
+    from ui import rag_table as rag_ui
     from ui.train_form import store_upload
 
     films = upload_file(tmp_path, "films.csv")
@@ -85,7 +85,7 @@ def test_the_shared_upload_helper_checks_copies_and_names(own_data, tmp_path):
 @pytest.mark.parametrize("tab", ["train", "rag"])
 def test_an_unreadable_upload_is_named_as_given_and_not_kept(own_data, tmp_path, tab):
     from retrieval.store import MovieStore
-    from ui import rag as rag_ui
+    from ui import rag_table as rag_ui
     from ui.train_form import store_upload
 
     bad = tmp_path / "broken.jsonl"

@@ -1,0 +1,289 @@
+"""What an answer states about films that the films it was given do not say.
+
+A small model answering from retrieved plots often adds facts of its own: a year, a director, a title it
+remembers, a film number past the end of the list, or the right number with another film's details. Those are
+checkable against the prompt the model saw, so they are listed under the answer. The check is narrow on
+purpose: it reads film numbers, titles, years, genres and directors, and says nothing about whether a plot
+was retold faithfully. Pure Python.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from retrieval.search import Hit
+
+YEAR_TEXT = r"(?:1[89]\d\d|20\d\d)"
+CITATION = re.compile(r"\[(\d{1,3})\]")
+YEAR = re.compile(rf"(?<![\d.,])({YEAR_TEXT})(?![\d.,]?\d)")
+# A film's details in brackets, as the prompt writes them: "(1958, Thriller, dir. Alfred Hitchcock)". An answer cut
+# off by its token limit may end inside them.
+DETAILS = re.compile(rf"\(\s*({YEAR_TEXT})\b([^()\n]*)(?:\)|$)")
+# What sits just before the details: "[2] Vertigo ", "[2] ", or a title with no number.
+CITED_BEFORE = re.compile(r"\[(\d{1,3})\]\s*([^\[\]()\n]{0,80}?)\s*$")
+# "directed by Alfred Hitchcock", "Director: Alfred Hitchcock", "dir. Stanley Donen and Gene Kelly" (one line).
+DIRECTED = re.compile(r"\b(?i:directed[ \t]+by|dir\.|director)[ \t]*:?[ \t]+"
+                      r"([A-Z][\w'’.-]*(?:[ \t]+(?:and[ \t]+)?[A-Z][\w'’.-]*){0,4})")
+# A title the answer marks as one: "Vertigo", *Vertigo*, _Vertigo_, “Vertigo” (capital first, at most 80 characters;
+# **bold** is emphasis, not a title).
+MARKED_TITLE = re.compile(r"(?<![*_\w])[\"“*_]([A-Z0-9][^\"“”*_\n]{1,79}?)[\"”*_](?![*_\w])")
+# Words a title may hold in lower case ("Gone with the Wind", "3:10 to Yuma").
+TITLE_SMALL_WORDS = frozenset("a an the of in on at to and or for from with by under over into de la le du".split())
+# A name: capitalised words, with the small words titles keep in lower case between them ("Strangers on a Train",
+# "Guy Haines", "Winnie the Evil Twister").
+_CAPITAL = r"(?:(?:[A-Z]|Jr|Sr|Dr|Mr|Mrs|Ms|St|Mt)\.|[A-Z][\w'’&-]*)"  # initials and titles keep their dot
+_SMALL = "|".join(sorted(TITLE_SMALL_WORDS))
+NAME = re.compile(rf"(?<![\w'’-])(?!I(?:['’]\w+)?(?![\w'’-]))"  # not "I", "I'd"
+                  rf"{_CAPITAL}(?:[ \t]+(?:(?:{_SMALL})[ \t]+)*{_CAPITAL})*")
+TRAILING_SMALL_WORDS = re.compile(rf"(?:[ \t]+(?:{_SMALL}))+$", re.IGNORECASE)  # "Stars Out Of" -> "Stars Out"
+# Words that open a sentence of an answer without being names.
+OPENERS = frozenset("""about according after all also although another answer as based because before both but
+during each either every film films first given he her here here's his how however if it it's its just like many
+maybe most movie movies my neither no none not one only other our perhaps question she since so some that their then
+there these they this those though thus two unlike we what when where which while who why yes you""".split())
+# Genres a film table commonly holds (the bundled films' sixteen among them): a genre the answer gives that no film
+# given has is named as a genre, not as a name.
+GENRES = frozenset(("action", "adventure", "animation", "biography", "comedy", "crime", "documentary", "drama",
+                    "family", "fantasy", "film noir", "history", "horror", "musical", "mystery", "romance",
+                    "science fiction", "sport", "thriller", "war", "western"))
+SENTENCE_START = re.compile(r"(?:^|[.!?:;\n\]\-–—•*]|\d[.)])\s*$")
+ARTICLE = re.compile(r"^(?:the|a|an) ")
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """One thing the answer says that the films given do not: what it wrote, and what the films say."""
+
+    said: str
+    why: str
+
+    def markdown(self) -> str:
+        return f"`{self.said}` ({self.why})"
+
+
+def fold(text: str) -> str:
+    """Lower case, with punctuation and runs of space as one space, and no leading article: for comparing names.
+
+    >>> fold("The Cabinet of Dr. Caligari!"), fold("3:10  to Yuma")
+    ('cabinet of dr caligari', '3 10 to yuma')
+    """
+    return ARTICLE.sub("", re.sub(r"[\W_]+", " ", str(text).lower()).strip())
+
+
+def contains(source: str, phrase: str, cut: bool = False) -> bool:
+    """Whether `phrase` appears in `source` as whole words, ignoring case and punctuation; with `cut` (the phrase
+    ends an answer that hit its token limit), its last word may be the beginning of one.
+
+    >>> contains("dir. Akira Kurosawa", "Akira Kuro"), contains("dir. Akira Kurosawa", "Akira Kuro", cut=True)
+    (False, True)
+    >>> contains("Akira Kurosawa", "kira", cut=True)
+    False
+    """
+    words = re.sub(r"[\W_]+", " ", str(phrase).lower()).strip()
+    text = " " + re.sub(r"[\W_]+", " ", str(source).lower()).strip() + " "
+    return bool(words) and (" " + words + ("" if cut else " ")) in text
+
+
+def starts(actual: str, claimed: str, cut: bool = False) -> bool:
+    """Whether `claimed` is `actual`, ignoring case and punctuation; with `cut`, or its beginning.
+
+    >>> starts("Robert Zemeckis", "Robert Zem", cut=True), starts("Robert Zemeckis", "Robert Zem")
+    (True, False)
+    """
+    want = re.sub(r"[\W_]+", " ", claimed.lower()).strip()
+    have = re.sub(r"[\W_]+", " ", actual.lower()).strip()
+    return bool(want) and (have.startswith(want) if cut else have == want)
+
+
+def title_before(text: str) -> tuple[str, int]:
+    """The title at the end of `text` (just before a film's details) and where it starts: the trailing run of
+    capitalised words and the small words titles keep in lower case, starting with a capital or a digit, and
+    stopping at a word that ends a clause (",", ";", ":") or a film number.
+
+    >>> title_before("The film is: The Shawshank Redemption "), title_before("I'd say 3:10 to Yuma")
+    (('The Shawshank Redemption', 13), ('3:10 to Yuma', 8))
+    >>> title_before("the answer is "), title_before("in 1999, then Dune"), title_before("1. Dune")
+    (('', 14), ('Dune', 14), ('Dune', 3))
+    """
+    words = list(re.finditer(r"\S+", text))
+    first = len(words)
+    for index in range(len(words) - 1, -1, -1):
+        word = words[index].group(0)
+        bare = word.strip("\"'“”*_")
+        titled = bare[:1].isupper() or bare[:1].isdigit() or bare.lower() in TITLE_SMALL_WORDS
+        numbered = re.fullmatch(r"\d{1,2}[.)]", word)  # a list's "1." or "2)"
+        ends_line = index < len(words) - 1 and "\n" in text[words[index].end():words[index + 1].start()]
+        if not titled or numbered or ends_line or word[:1] == "[" or (index < len(words) - 1 and word[-1:] in ",;:"):
+            break
+        first = index
+    while first < len(words) and not (lambda bare: bare[:1].isupper() or bare[:1].isdigit())(
+            words[first].group(0).strip("\"'“”*_")):
+        first += 1
+    if first >= len(words):
+        return "", len(text)
+    start = words[first].start()
+    return text[start:].strip().strip("\"'“”*_,;:"), start
+
+
+def hit_by_title(title: str, hits: list[Hit]) -> int | None:
+    """1-based number of the film given whose title `title` is (or ends with, after words like "film"), else None."""
+    wanted = fold(title)
+    for number, hit in enumerate(hits, 1):
+        name = fold(hit.title)
+        if name and (wanted == name or wanted.endswith(" " + name)):
+            return number
+    return None
+
+
+def details_of(hit: Hit) -> str:
+    return f"{hit.title} ({hit.release_year}, {hit.genre}, dir. {hit.director})"
+
+
+def entry_problem(hit: Hit, title: str, year: str, rest: str, cut: bool = False) -> bool:
+    """Whether the details an answer gives for `hit` disagree with it: the title (when one is written), the year,
+    the genre (the field after the year) and the director ("dir. ..."); with `cut` (the answer ends inside the
+    details) the last of them may be cut short."""
+    if title and fold(title) and not (fold(hit.title) == fold(title) or fold(title).endswith(" " + fold(hit.title))):
+        return True
+    if int(year) != hit.release_year:
+        return True
+    fields = [field.strip() for field in re.split(r"[,:;]", rest) if field.strip()]
+    if fields and not fields[0].lower().startswith(("dir", "directed")) and not starts(hit.genre, fields[0], cut):
+        return True
+    director = re.search(r"\b(?:dir\.|directed\s+by)\s*([^,:;)]*)", rest)
+    return bool(director and director.group(1).strip() and not starts(hit.director, director.group(1), cut))
+
+
+def unsupported_name(name: str, source: str, opens_sentence: bool, cut: bool = False) -> str | None:
+    """The part of a capitalised name in an answer that the films given do not have, or None. A name is in them as a
+    whole, or each part of it around "and" / "or" is ("Psycho and Vertigo"). A name that opens a sentence may owe its
+    first capital to that: alone it is let pass, and in front of a name ("Like Blade Runner") the rest is checked.
+
+    >>> source = "[1] Psycho (1960): Marion Crane steals money. [2] Strangers on a Train (1951)"
+    >>> [unsupported_name(n, source, False) for n in ("Marion Crane", "Strangers on a Train", "Psycho and Marion")]
+    [None, None, None]
+    >>> unsupported_name("Both Psycho", source, True), unsupported_name("Like Blade Runner", source, True)
+    (None, 'Blade Runner')
+    >>> unsupported_name("Thirteen Men in a Bedroom", source, False), unsupported_name("Norman Bates", source, True)
+    ('Thirteen Men in a Bedroom', 'Norman Bates')
+    """
+    name = name.rstrip(".")
+    words = name.split()
+    if contains(source, name, cut):
+        return None
+    if len(words) == 1 and (name.lower() in OPENERS or (name.isupper() and len(name) <= 3)):
+        return None  # "Film", "Movie", "TV": ordinary words written with a capital
+    if opens_sentence:
+        if len(words) == 1 and name.lower() not in GENRES:  # "Genre: Thriller" is checked
+            return None
+        if not contains(source, words[0]) and words[0].lower() in OPENERS | TITLE_SMALL_WORDS:
+            return unsupported_name(" ".join(words[1:]), source, False, cut)
+    parts = [part for part in re.split(r"\s+(?:and|or)\s+", name) if part]
+    if len(parts) > 1:
+        return next((left for part in parts if (left := unsupported_name(part, source, False, cut))), None)
+    return name
+
+
+def check_answer(answer: str, hits: list[Hit], source: str) -> list[Unsupported]:
+    """What `answer` states that the films given (`hits`, shown to the model in `source`, the prompt it read with
+    the numbered films and the question) do not support, in the order the answer says it.
+
+    >>> hits = [Hit(1, "Psycho", 1960, "Horror", "Alfred Hitchcock", "Marion steals money.", 0.3),
+    ...         Hit(2, "Vertigo", 1958, "Thriller", "Alfred Hitchcock", "A detective fears heights.", 0.4)]
+    >>> source = ("[1] Psycho (1960, Horror, dir. Alfred Hitchcock): Marion steals money. "
+    ...           "[2] Vertigo (1958, Thriller, dir. Alfred Hitchcock): A detective fears heights.")
+    >>> answer = '[1] Vertigo (1958) and [3], directed by Steven Spielberg in 1975, like "Jaws".'
+    >>> for item in check_answer(answer, hits, source):
+    ...     print(item.said, "|", item.why)
+    [1] Vertigo (1958) | [1] is Psycho (1960, Horror, dir. Alfred Hitchcock)
+    [3] | only 2 films were given
+    Steven Spielberg | no film given names this director
+    1975 | no film given is from 1975, and no plot given mentions it
+    Jaws | no film given has this title
+    >>> check_answer("Film: [2] Vertigo (1958, Thriller, dir. Alfred Hit", hits, source)
+    []
+    >>> [item.why for item in check_answer("It is Jaws (1975, Thriller, dir. Steven Spielberg)", hits, source)]
+    ['no film given has this title']
+    """
+    found: list[tuple[int, int, Unsupported]] = []  # (start, end, item)
+    end = len(answer.rstrip())  # a phrase that reaches it may have been cut off by the token limit
+    spans: list[tuple[int, int]] = []
+
+    def add(start: int, end: int, said: str, why: str) -> None:
+        inside = any(a <= start and end <= b for a, b in spans)
+        if not inside and all(item.said != said for _, _, item in found):
+            found.append((start, end, Unsupported(" ".join(said.split()), why)))
+
+    # A film's details, e.g. "[3] Forrest Gump (1994, Thriller, dir. Alfred Hitchcock)": checked against the film
+    # it names (by number, else by title). Those spans are then not checked again word by word.
+    for match in DETAILS.finditer(answer):
+        before = answer[max(0, match.start() - 90):match.start()]
+        offset = match.start() - len(before)
+        cited = CITED_BEFORE.search(before)
+        number = None
+        if cited and title_before(cited.group(2))[0] == cited.group(2).strip():
+            title, start = cited.group(2).strip(), offset + cited.start()
+            number = int(cited.group(1))
+            if not 1 <= number <= len(hits):
+                number, start = None, offset + cited.start(2)  # the number is reported below as past the list
+        else:
+            title, at = title_before(before)
+            start = offset + at
+            number = hit_by_title(title, hits) if title else None
+        if number is None:
+            if title and not contains(source, title):
+                add(start, match.end(), title, "no film given has this title")
+                spans.append((start, match.end()))
+            continue
+        if entry_problem(hits[number - 1], title, match.group(1), match.group(2), cut=not match.group(0).endswith(")")):
+            add(start, match.end(), answer[start:match.end()], f"[{number}] is {details_of(hits[number - 1])}")
+        spans.append((start, match.end()))
+
+    for match in CITATION.finditer(answer):
+        number = int(match.group(1))
+        if not 1 <= number <= len(hits):
+            add(match.start(), match.end(), match.group(0),
+                f"only {len(hits)} film{'s' if len(hits) != 1 else ''} were given" if hits else "no film was given")
+    for match in DIRECTED.finditer(answer):
+        name = match.group(1).rstrip(".")
+        if not contains(source, name, cut=match.end(1) >= end):
+            add(match.start(1), match.end(1), name, "no film given names this director")
+    for match in YEAR.finditer(answer):
+        if match.group(1) not in source:
+            add(match.start(), match.end(), match.group(1),
+                f"no film given is from {match.group(1)}, and no plot given mentions it")
+    for match in MARKED_TITLE.finditer(answer):
+        title = match.group(1).strip()
+        if len(title.split()) > 8 or title[-1:] in ".!?":
+            continue  # a quoted sentence, not a title
+        if not contains(source, title) and not CITATION.fullmatch(title):
+            add(match.start(1), match.end(1), title, "no film given has this title")
+    for match in NAME.finditer(answer):
+        name = TRAILING_SMALL_WORDS.sub("", match.group(0))
+        opens = SENTENCE_START.search(answer[:match.start()]) is not None
+        left = unsupported_name(name, source, opens, cut=match.start() + len(name) >= end)
+        if left:
+            at = match.start() + match.group(0).find(left)
+            genre = left.lower() in GENRES or left.lower() in {hit.genre.lower() for hit in hits}
+            add(at, at + len(left), left, "no film given is in this genre" if genre else "no film given has this name")
+    return [item for _, _, item in sorted(found, key=lambda entry: entry[0])]
+
+
+def check_markdown(items: list[Unsupported], most: int = 8) -> str:
+    """The check's line under an answer: the first `most` things it found, and how many more there are.
+
+    >>> check_markdown([])
+    'Checked against the films given: found no film number, title, name, year, genre or director they lack.'
+    >>> check_markdown([Unsupported("1963", "no film given is from 1963")])
+    '**Not in the films given:** `1963` (no film given is from 1963)'
+    >>> check_markdown([Unsupported(str(year), "not given") for year in range(1990, 2000)], most=2)
+    '**Not in the films given:** `1990` (not given) · `1991` (not given) · and 8 more'
+    """
+    if not items:
+        return ("Checked against the films given: found no film number, title, name, year, genre or director they "
+                "lack.")
+    shown = [item.markdown() for item in items[:most]]
+    if len(items) > most:
+        shown.append(f"and {len(items) - most} more")
+    return "**Not in the films given:** " + " · ".join(shown)

@@ -1,0 +1,75 @@
+"""The check of an answer against the films it was given, on answers of the shapes the bundled model writes
+(the prompt's own "[n] Title (year, genre, dir. name)" format, often cut off by the token limit)."""
+
+from __future__ import annotations
+
+import pytest
+
+from retrieval.grounding import check_answer
+from retrieval.rag import build_messages
+from retrieval.search import Hit
+
+HITS = [
+    Hit(1, "Dune", 2021, "Science Fiction", "Denis Villeneuve", "Paul Atreides goes to the desert planet Arrakis.", .2),
+    Hit(2, "Star Wars", 1977, "Science Fiction", "George Lucas", "Luke Skywalker leaves Tatooine in 1977.", .3),
+    Hit(3, "Forrest Gump", 1994, "Drama", "Robert Zemeckis", "A kind man tells his life story on a bench.", .4),
+]
+SOURCE = build_messages("Which film from 2021 is this: the desert planet?", HITS)[-1]["content"]
+
+
+def said(answer: str) -> list[str]:
+    return [item.said for item in check_answer(answer, HITS, SOURCE)]
+
+
+@pytest.mark.parametrize("answer", [
+    "Film: [1] Dune (2021, Science Fiction, dir. Denis Villeneuve)",
+    "Film: [1] Dune (2021, Science Fiction, dir. Denis Vill",  # cut off by the token limit
+    "Film: [3] Forrest Gump (1994, Dra",
+    "Dune [1] is about Paul Atreides; Star Wars (1977) [2] came out in 1977.",
+    "The Dune (2021) film, directed by Denis Villeneuve.",
+    "I'd say *Star Wars*, the question's year 2021 notwithstanding.",
+    "",
+])
+def test_answers_true_to_the_films_pass(answer):
+    assert said(answer) == []
+
+
+def test_the_right_number_with_another_films_details_is_caught():
+    items = check_answer("Film: [2] Star Wars (1977, Science Fiction, dir. Denis Villeneuve", HITS, SOURCE)
+    assert [item.why for item in items] == ["[2] is Star Wars (1977, Science Fiction, dir. George Lucas)"]
+    assert said("Film: [3] Forrest Gump (1994, Thriller, dir. Robert Zemeckis)") == [
+        "[3] Forrest Gump (1994, Thriller, dir. Robert Zemeckis)"]
+    assert said("Film: [1] Star Wars (2021, Science Fiction, dir. Denis Villeneuve)") != []
+
+
+def test_films_and_facts_from_outside_the_list_are_caught():
+    assert said("The film is: The Shawshank Redemption (1994, Drama, dir. Frank Darabont") == [
+        "The Shawshank Redemption"]
+    assert said("[4] Alien (1979)") == ["[4]", "Alien"]
+    assert said("It was shot in 1962 and directed by Ridley Scott.") == ["1962", "Ridley Scott"]
+    assert said('Like "Blade Runner", [1] is set in a desert.') == ["Blade Runner"]
+
+
+def test_every_problem_is_listed_once_in_reading_order():
+    answer = "[5] and 1999, then [5] again in 1999, Dune (1999)"
+    assert said(answer) == ["[5]", "1999", "Dune (1999)"]
+
+
+def test_names_the_films_do_not_have_are_caught_and_their_own_names_pass():
+    hits = HITS + [Hit(4, "The Shining", 1980, "Horror", "Stanley Kubrick", "Jack Torrance keeps a hotel.", .5)]
+    source = build_messages("Who directed the film about a haunted hotel?", hits)[-1]["content"]
+    answer = "The director was: 1) Stanley Kubric; 2) Stanley Kubrick; 3) Michael Douglas. Jack Torrance and Paul stay."
+    assert [item.said for item in check_answer(answer, hits, source)] == ["Stanley Kubric", "Michael Douglas"]
+    # A misspelt name is only forgiven where the answer stops in the middle of it (the token limit).
+    assert check_answer("The director was Stanley Kubr", hits, source) == []
+
+
+def test_genres_and_ordinary_capitalised_words_read_as_what_they_are():
+    items = check_answer("Genre: Thriller\nDirector: Denis Villeneuve\nBoth Dune and Star Wars. Like Blade Runner, "
+                         "I'd call it a Film.", HITS, SOURCE)
+    assert [(item.said, item.why) for item in items] == [("Thriller", "no film given is in this genre"),
+                                                         ("Blade Runner", "no film given has this name")]
+
+
+def test_a_title_on_the_line_before_a_films_details_is_not_read_as_part_of_its_title():
+    assert said("Dune (2021) - 20 Films\nFrozen (1963) - 1 Film") == ["Frozen"]
