@@ -75,6 +75,7 @@ def one_seed(seed: int, work: Path, cfg: RunConfig, eval_limit: int = 32) -> dic
         "task_base": (ev["base"].get("task") or {}).get(task_key),
         "task_tuned": (ev["tuned"].get("task") or {}).get(task_key),
         **fmt, "recall": (ev["base"].get("task") or {}).get("retrieval_recall"), "eval_n": ev["n"],
+        **{f"invented_{side}": (ev[side].get("task") or {}).get("invented_details") for side in ("base", "tuned")},
         "curve_rise": rise, "curve_noise": noise, "train_rewards": rewards,
         "train_rewards_by_function": [r.get("rewards") for r in runs.read_metrics(run_dir)],
         "samples": ev["samples"][:4], "run_dir": str(run_dir),
@@ -105,9 +106,11 @@ def main() -> int:
         results.append(r)
         fmt = (f"format compliance {r['format_base']:.0%} -> {r['format_tuned']:.0%}; "
                if r["format_base"] is not None else "")
+        invented = ("" if r["invented_base"] is None else
+                    f"; answers with invented details {r['invented_base']:.0%} -> {r['invented_tuned']:.0%}")
         print(f"seed {seed}: {r['state']} in {r['train_wall_s']:.0f} s; held-out reward base {r['base']:.2f} -> tuned "
               f"{r['tuned']:.2f} (max {r['max']:.1f}), gap_closed {r['gap_closed']:.1%}; {fmt}{r['task_metric']} "
-              f"{r['task_base']:.3f} -> {r['task_tuned']:.3f} on {r['eval_n']} held-out"
+              f"{r['task_base']:.3f} -> {r['task_tuned']:.3f} on {r['eval_n']} held-out{invented}"
               f"{'' if r['recall'] is None else ' (retrieval recall %.3f)' % r['recall']}; train curve {r['curve_rise']:+.2f} "
               f"(noise {r['curve_noise']:.2f})", flush=True)
     keys = ["train_wall_s", "gap_closed", "task_base", "task_tuned"]

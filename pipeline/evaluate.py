@@ -73,6 +73,10 @@ def report(result: dict) -> str:
             extra = (f" (format compliance {result['base']['task']['format_compliance']:.0%} -> "
                      f"{result['tuned']['task']['format_compliance']:.0%})")
         lines.append(f"task metric, not a reward: {hb[0]} base {hb[1]:.3f}, tuned {ht[1]:.3f}{extra}")
+        invented = result["base"]["task"].get("invented_details"), result["tuned"]["task"].get("invented_details")
+        if None not in invented:
+            lines.append(f"answers with a film number, title, name, year, genre or director the films given lack: "
+                         f"base {invented[0]:.1%}, tuned {invented[1]:.1%}")
         recall = result["base"]["task"].get("retrieval_recall")
         if recall is not None:
             lines.append(f"the right film was among the retrieved plots for {recall:.1%} of the questions "

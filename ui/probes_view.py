@@ -162,6 +162,11 @@ def probes_html(evals: list[dict], pick=None, cfg: dict | None = None, state: st
     if _finite(fmt):  # answers with a number inside <answer></answer> (tasks with reference answers)
         vs = _points_vs(fmt, fmt0, base["step"]) if i > 0 and _finite(fmt0) else ""
         head.append(f"<span class='gs-format'>format compliance <b>{fmt:.0%}</b>{vs}</span>")
+    made_up = (cur.get("task") or {}).get("invented_details")
+    made_up0 = (base.get("task") or {}).get("invented_details")
+    if _finite(made_up):  # movie questions: answers stating a detail the films given lack (lower is better)
+        vs = _points_vs(made_up, made_up0, base["step"]) if i > 0 and _finite(made_up0) else ""
+        head.append(f"invented details <b>{made_up:.0%}</b>{vs}")
     recall = (cur.get("task") or {}).get("retrieval_recall")
     if _finite(recall):  # movie questions: the right film among the retrieved plots, the ceiling on accuracy
         head.append(f"film retrieved <b>{recall:.0%}</b>")

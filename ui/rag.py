@@ -10,12 +10,12 @@ import threading
 
 import gradio as gr
 
+from pipeline.rewards.grounding import check_answer, check_markdown
 from pipeline.training.generate import (ChatModelError, ModelCache, base_choice, chat_choices,
                                        generation_error_message)
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
 from retrieval.chunks import PlotChunks
-from retrieval.grounding import check_answer, check_markdown
 from retrieval.glossary import expand
 from retrieval.search import (DEFAULT_MODE, MAX_TOP_K, Hit, SearchError, SearchFilters, default_mode, search,
                               search_modes)

@@ -223,12 +223,15 @@ def eval_result_markdown(name: str, result: dict) -> str:
 
 def task_result_lines(result: dict) -> list[str]:
     """eval.json's task metric (not a reward), base -> tuned, with format compliance and, for movie
-    questions, how often the right film was retrieved at all (the most accuracy can reach).
+    questions, the answers with invented details and how often the right film was retrieved at all (the most
+    accuracy can reach).
 
-    >>> task = {"kind": "movie", "accuracy": 0.2, "format_compliance": 0.5, "retrieval_recall": 0.98}
-    >>> print("\\n".join(task_result_lines({"base": {"task": task}, "tuned": {"task": task | {"accuracy": 0.5}}})))
+    >>> task = {"kind": "movie", "accuracy": 0.2, "format_compliance": 0.5, "retrieval_recall": 0.98,
+    ...         "invented_details": 0.25}
+    >>> tuned = task | {"accuracy": 0.5, "invented_details": 0.125}
+    >>> print("\\n".join(task_result_lines({"base": {"task": task}, "tuned": {"task": tuned}})))
     <BLANKLINE>
-    Task metric (not a reward): accuracy **20.0% -> 50.0%** · format compliance 50% -> 50% · the right film was among the retrieved plots for 98% of the questions (accuracy can't pass this)
+    Task metric (not a reward): accuracy **20.0% -> 50.0%** · format compliance 50% -> 50% · answers with details the films given lack 25% -> 12% · the right film was among the retrieved plots for 98% of the questions (accuracy can't pass this)
     """
     base, tuned = result["base"].get("task") or {}, result["tuned"].get("task") or {}
     key = _task_key(base)
@@ -238,6 +241,9 @@ def task_result_lines(result: dict) -> list[str]:
     parts = [f"Task metric (not a reward): {key} **{value(base[key])} -> {value(tuned[key])}**"]
     if _finite(base.get("format_compliance")) and _finite(tuned.get("format_compliance")):
         parts.append(f"format compliance {base['format_compliance']:.0%} -> {tuned['format_compliance']:.0%}")
+    if _finite(base.get("invented_details")) and _finite(tuned.get("invented_details")):
+        parts.append(f"answers with details the films given lack {base['invented_details']:.0%} -> "
+                     f"{tuned['invented_details']:.0%}")
     if _finite(base.get("retrieval_recall")):
         parts.append(f"the right film was among the retrieved plots for {base['retrieval_recall']:.0%} of the "
                      "questions (accuracy can't pass this)")

@@ -7,6 +7,7 @@ Where things live (split by kind, as TRL splits trl/rewards):
     style_rewards.py     length target, token diversity (the GRPO recipe's pair)
     format_rewards.py    <think>/<answer> tags, regex presence, film citations
     accuracy_rewards.py  exact answer, numeric tolerance, movie title (need a reference answer)
+    grounding.py         what an answer says that the films it was given lack; the film details reward
     meaning_rewards.py   post similarity (sentence embeddings)
     custom.py            user-written Python (opt-in)
     registry.py          names -> reward classes, typed parameters; a new reward is registered here
@@ -19,6 +20,7 @@ from pipeline.rewards.accuracy_rewards import ExactAnswer, MovieTitle, NumericTo
 from pipeline.rewards.custom import CustomPython
 from pipeline.rewards.errors import RewardFunctionError, RewardTimeout
 from pipeline.rewards.format_rewards import FilmCitation, IncrementalFormat, KeywordPresence, StrictFormat
+from pipeline.rewards.grounding import FilmDetails
 from pipeline.rewards.guard import GuardedReward, wait_for_reward_threads
 from pipeline.rewards.meaning_rewards import PostSimilarity, sentence_embedder
 from pipeline.rewards.registry import Param, RewardDef, RewardRegistry, reward_registry
@@ -27,8 +29,8 @@ from pipeline.rewards.style_rewards import LengthTarget, TokenDiversity
 from pipeline.rewards.text import completion_text, extract_answer, parse_number
 
 __all__ = [
-    "CustomPython", "ExactAnswer", "FilmCitation", "GuardedReward", "IncrementalFormat", "KeywordPresence", "LengthTarget",
-    "MovieTitle", "NumericTolerance", "Param", "PostSimilarity", "RewardDef", "RewardFunctionError", "RewardRegistry",
+    "CustomPython", "ExactAnswer", "FilmCitation", "FilmDetails", "GuardedReward", "IncrementalFormat", "KeywordPresence",
+    "LengthTarget", "MovieTitle", "NumericTolerance", "Param", "PostSimilarity", "RewardDef", "RewardFunctionError", "RewardRegistry",
     "RewardTimeout", "StrictFormat", "TokenDiversity", "build_rewards", "completion_text", "extract_answer",
     "parse_number", "reward_maximum", "reward_registry", "score", "sentence_embedder", "wait_for_reward_threads",
 ]

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from pipeline.rewards.accuracy_rewards import ExactAnswer, MovieTitle, NumericTolerance
 from pipeline.rewards.custom import CustomPython
 from pipeline.rewards.format_rewards import FilmCitation, IncrementalFormat, KeywordPresence, StrictFormat
+from pipeline.rewards.grounding import FilmDetails
 from pipeline.rewards.meaning_rewards import PostSimilarity
 from pipeline.rewards.style_rewards import LengthTarget, TokenDiversity
 
@@ -169,6 +170,12 @@ reward_registry.register(RewardDef(
     "1 if the answer cites one of the numbered films it was given, like [2]; 0.5 for several; 0 for none.",
     {"right_film": Param(bool, "Count only a citation of the film the question is about (needs the dataset's "
                                "answer and candidates, as Movie questions has).")}))
+reward_registry.register(RewardDef(
+    "film_details", FilmDetails,
+    "1 if the answer names a film it was given and no film number, title, name, year, genre or director those "
+    "films lack (for prompts that list numbered films, as Movie questions does); else 0.",
+    {"right_film": Param(bool, "Count only an answer that names the film the question is about (needs the "
+                               "dataset's answer and candidates, as Movie questions has).")}))
 reward_registry.register(RewardDef(
     "keyword_presence", KeywordPresence, "Reward (or penalize) completions matching a regex.",
     {"pattern": Param(str, "Regular expression to look for."),

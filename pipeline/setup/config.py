@@ -442,6 +442,9 @@ class RunConfig:
             out.append("film_citation with right_film needs to know which numbered film each prompt is about, which "
                        "only the Movie questions prompts say: on other prompts it would score 0 everywhere. Set "
                        "right_film to false (any citation counts) or pick Movie questions.")
+        if ds.source in ("tldr", "arithmetic") and any(s.name == "film_details" for s in self.rewards):
+            out.append("film_details checks an answer against the numbered films its prompt lists, and these prompts "
+                       "list none: it would score 0 everywhere. Pick Movie questions, or prompts that list films.")
         return out
 
     def _signal_problems(self) -> list[str]:

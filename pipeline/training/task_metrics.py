@@ -122,23 +122,30 @@ def task_metrics(rows: list[dict], completions: list[str]) -> dict[str, Any] | N
 def movie_metrics(rows: list[dict], completions: list[str]) -> dict[str, Any]:
     """Movie questions: accuracy (the answer names the right film and no other it was given) beside
     retrieval recall (the share of questions whose film was among the retrieved plots at all: accuracy can't
-    pass it, since a film the search missed can't be cited), and format compliance (one film cited by number).
+    pass it, since a film the search missed can't be cited), format compliance (one film cited by number), and
+    invented details (the share of answers that state a film number, title, name, year, genre or director the
+    films given lack, as the RAG tab's check reads them).
 
-    >>> rows = [{"answer": "Psycho", "candidates": ["Psycho", "Jaws"], "retrieved": True},
-    ...         {"answer": "Heat", "candidates": ["Psycho", "Jaws"], "retrieved": False}]
-    >>> m = movie_metrics(rows, ["Psycho [1]", "Heat"])
-    >>> m["accuracy"], m["retrieval_recall"], m["format_compliance"], m["per_prompt"]
-    (0.5, 0.5, 0.5, [1.0, 0.0])
+    >>> films = "[1] Psycho (1960, Horror, dir. Alfred Hitchcock): A clerk steals. [2] Jaws (1975, Thriller, dir. S)"
+    >>> rows = [{"answer": "Psycho", "candidates": ["Psycho", "Jaws"], "retrieved": True, "prompt": films},
+    ...         {"answer": "Heat", "candidates": ["Psycho", "Jaws"], "retrieved": False, "prompt": films}]
+    >>> m = movie_metrics(rows, ["Psycho [1]", "Heat (1995)"])
+    >>> m["accuracy"], m["retrieval_recall"], m["format_compliance"], m["invented_details"], m["per_prompt"]
+    (0.5, 0.5, 0.5, 0.5, [1.0, 0.0])
     """
     from pipeline.rewards import FilmCitation, MovieTitle
+    from pipeline.rewards.grounding import check_answer, films_in_prompt, prompt_text
 
     kwargs = {"answer": [r["answer"] for r in rows], "candidates": [r.get("candidates") for r in rows]}
     # A right title for a film the search missed came from the model's memory, not the plots: not counted.
     hits = [h if r["retrieved"] else 0.0 for h, r in zip(MovieTitle()(completions, **kwargs), rows)]
     cited = [1.0 if v == 1.0 else 0.0 for v in FilmCitation()(completions, **kwargs)]
+    sources = [prompt_text(r.get("prompt")) for r in rows]
+    invented = [1.0 if check_answer(str(c or ""), films_in_prompt(s), s) else 0.0 for c, s in zip(completions, sources)]
     return {"kind": "movie", "accuracy": round(statistics.fmean(hits), 4),
             "retrieval_recall": round(statistics.fmean(1.0 if r["retrieved"] else 0.0 for r in rows), 4),
-            "format_compliance": round(statistics.fmean(cited), 4), "per_prompt": hits}
+            "format_compliance": round(statistics.fmean(cited), 4),
+            "invented_details": round(statistics.fmean(invented), 4), "per_prompt": hits}
 
 
 def headline(metrics: dict[str, Any] | None) -> tuple[str, float] | None:

@@ -160,3 +160,10 @@ def test_the_train_forms_number_boxes_take_the_fields_bounds():
     assert (box.minimum, box.maximum) == (None, 1)
     assert (steps.minimum, steps.maximum) == (1, None)
     assert RunConfig(save_steps=0).problems() == ["save_steps must be at least 1 (got 0)."]
+
+
+def test_the_film_details_reward_needs_prompts_that_list_films():
+    details = RewardSpec("film_details", 0.5, {})
+    problems = RunConfig(rewards=[RewardSpec("length_target", 1.0, {}), details]).problems()
+    assert any("film_details" in p and "Movie questions" in p for p in problems), problems
+    assert RunConfig(dataset=DatasetSpec(source="movies"), rewards=[details]).problems() == []

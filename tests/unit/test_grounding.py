@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.grounding import check_answer
+from pipeline.rewards.grounding import check_answer
 from retrieval.rag import build_messages
 from retrieval.search import Hit
 
@@ -73,3 +73,26 @@ def test_genres_and_ordinary_capitalised_words_read_as_what_they_are():
 
 def test_a_title_on_the_line_before_a_films_details_is_not_read_as_part_of_its_title():
     assert said("Dune (2021) - 20 Films\nFrozen (1963) - 1 Film") == ["Frozen"]
+
+
+def test_the_films_of_an_answer_prompt_read_back_as_they_were_given():
+    from pipeline.rewards.grounding import films_in_prompt
+
+    films = [(h.title, h.release_year, h.genre, h.director) for h in HITS]
+    assert [(f.title, f.release_year, f.genre, f.director) for f in films_in_prompt(SOURCE)] == films
+
+
+def test_the_film_details_reward_on_the_movie_questions_prompts():
+    import json
+    from pathlib import Path
+
+    from pipeline.rewards import FilmDetails
+
+    row = json.loads((Path(__file__).resolve().parents[2] / "assets/prompts/movies.jsonl").read_text().splitlines()[0])
+    number = row["candidates"].index(row["answer"]) + 1
+    line = next(text for text in row["prompt"][-1]["content"].splitlines() if text.startswith(f"[{number}] "))
+    right = line.split("):")[0] + ")"  # "[3] The Kid (1921, Comedy, dir. Charlie Chaplin)", as the prompt lists it
+    year = right.split("(")[1][:4]
+    answers = [right, right[:-5],  # cut off by the token limit
+               right.replace(year, "1899"), "I do not know.", f"[{len(row['candidates']) + 1}]"]
+    assert FilmDetails()(answers, prompts=[row["prompt"]] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]

@@ -24,8 +24,9 @@ def test_every_reward_scores_malformed_completions_low_without_raising(name):
             "incremental_format": "<think>t</think><answer>7</answer>", "exact_answer": "<answer>7</answer>",
             "numeric_tolerance": "so 7", "keyword_presence": "TL;DR: yes",
             "post_similarity": "The council approved bike lanes on Harper Street.", "movie_title": "It is 7 [1].",
-            "film_citation": "It is 7 [1]."}[name]
-    best = fn([good], answer=["7"], source=[post])[0]
+            "film_citation": "It is 7 [1].", "film_details": "It is 7 [1]."}[name]
+    films = [[{"role": "user", "content": "[1] 7 (1999, Drama, dir. X): a plot"}]]  # a prompt listing one film
+    best = fn([good], answer=["7"], source=[post], prompts=films)[0]
     assert best >= max(values), f"{name}: a malformed completion outscored a good one"
 
 

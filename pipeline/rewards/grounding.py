@@ -1,18 +1,20 @@
 """What an answer states about films that the films it was given do not say.
 
-A small model answering from retrieved plots often adds facts of its own: a year, a director, a title it
+A small model answering from retrieved plots often adds facts of its own: a year, a director, a title or a name it
 remembers, a film number past the end of the list, or the right number with another film's details. Those are
-checkable against the prompt the model saw, so they are listed under the answer. The check is narrow on
-purpose: it reads film numbers, titles, years, genres and directors, and says nothing about whether a plot
-was retold faithfully. Pure Python.
+checkable against the prompt the model saw: the RAG tab lists them under each answer, the Movie questions
+evaluation counts the answers that have any, and the `film_details` reward pays for answers that have none. The
+check is narrow on purpose: it reads film numbers, titles, names, years, genres and directors, and says nothing
+about whether a plot was retold faithfully. Pure Python.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
 
-from retrieval.search import Hit
+from pipeline.rewards.text import completion_text
 
 YEAR_TEXT = r"(?:1[89]\d\d|20\d\d)"
 CITATION = re.compile(r"\[(\d{1,3})\]")
@@ -49,6 +51,38 @@ GENRES = frozenset(("action", "adventure", "animation", "biography", "comedy", "
                     "science fiction", "sport", "thriller", "war", "western"))
 SENTENCE_START = re.compile(r"(?:^|[.!?:;\n\]\-–—•*]|\d[.)])\s*$")
 ARTICLE = re.compile(r"^(?:the|a|an) ")
+
+
+class Film(Protocol):
+    """What the check reads of a film given: a search hit in the RAG tab, a film read back from a prompt in a run."""
+
+    title: str
+    release_year: int
+    genre: str
+    director: str
+
+
+@dataclass(frozen=True)
+class GivenFilm:
+    title: str
+    release_year: int
+    genre: str
+    director: str
+
+
+# A film as the answer prompt lists it: "[2] Vertigo (1958, Thriller, dir. Alfred Hitchcock): A detective ..."
+PROMPT_FILM = re.compile(r"^\[(\d{1,3})\] (.+?) \((\d{4}), ([^,\n]*), dir\. ([^\n]*?)\):", re.MULTILINE)
+
+
+def films_in_prompt(prompt: str) -> list[GivenFilm]:
+    """The numbered films of an answer prompt (retrieval/rag.py writes them), in their order.
+
+    >>> films_in_prompt("Films:\\n\\n[1] Psycho (1960, Horror, dir. Alfred Hitchcock): A clerk steals.\\n\\nQuestion: who?")
+    [GivenFilm(title='Psycho', release_year=1960, genre='Horror', director='Alfred Hitchcock')]
+    """
+    found = {int(m.group(1)): GivenFilm(m.group(2), int(m.group(3)), m.group(4), m.group(5))
+             for m in PROMPT_FILM.finditer(prompt)}
+    return [found[n] for n in sorted(found)]
 
 
 @dataclass(frozen=True)
@@ -126,7 +160,7 @@ def title_before(text: str) -> tuple[str, int]:
     return text[start:].strip().strip("\"'“”*_,;:"), start
 
 
-def hit_by_title(title: str, hits: list[Hit]) -> int | None:
+def hit_by_title(title: str, hits: Sequence[Film]) -> int | None:
     """1-based number of the film given whose title `title` is (or ends with, after words like "film"), else None."""
     wanted = fold(title)
     for number, hit in enumerate(hits, 1):
@@ -136,11 +170,11 @@ def hit_by_title(title: str, hits: list[Hit]) -> int | None:
     return None
 
 
-def details_of(hit: Hit) -> str:
+def details_of(hit: Film) -> str:
     return f"{hit.title} ({hit.release_year}, {hit.genre}, dir. {hit.director})"
 
 
-def entry_problem(hit: Hit, title: str, year: str, rest: str, cut: bool = False) -> bool:
+def entry_problem(hit: Film, title: str, year: str, rest: str, cut: bool = False) -> bool:
     """Whether the details an answer gives for `hit` disagree with it: the title (when one is written), the year,
     the genre (the field after the year) and the director ("dir. ..."); with `cut` (the answer ends inside the
     details) the last of them may be cut short."""
@@ -185,12 +219,12 @@ def unsupported_name(name: str, source: str, opens_sentence: bool, cut: bool = F
     return name
 
 
-def check_answer(answer: str, hits: list[Hit], source: str) -> list[Unsupported]:
+def check_answer(answer: str, hits: Sequence[Film], source: str) -> list[Unsupported]:
     """What `answer` states that the films given (`hits`, shown to the model in `source`, the prompt it read with
     the numbered films and the question) do not support, in the order the answer says it.
 
-    >>> hits = [Hit(1, "Psycho", 1960, "Horror", "Alfred Hitchcock", "Marion steals money.", 0.3),
-    ...         Hit(2, "Vertigo", 1958, "Thriller", "Alfred Hitchcock", "A detective fears heights.", 0.4)]
+    >>> hits = [GivenFilm("Psycho", 1960, "Horror", "Alfred Hitchcock"),
+    ...         GivenFilm("Vertigo", 1958, "Thriller", "Alfred Hitchcock")]
     >>> source = ("[1] Psycho (1960, Horror, dir. Alfred Hitchcock): Marion steals money. "
     ...           "[2] Vertigo (1958, Thriller, dir. Alfred Hitchcock): A detective fears heights.")
     >>> answer = '[1] Vertigo (1958) and [3], directed by Steven Spielberg in 1975, like "Jaws".'
@@ -287,3 +321,70 @@ def check_markdown(items: list[Unsupported], most: int = 8) -> str:
     if len(items) > most:
         shown.append(f"and {len(items) - most} more")
     return "**Not in the films given:** " + " · ".join(shown)
+
+
+def prompt_text(prompt: Any) -> str:
+    """A prompt as text, whether TRL passed a string or chat messages.
+
+    >>> prompt_text([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Films: ..."}])
+    'Be brief.\\nFilms: ...'
+    """
+    if isinstance(prompt, list):
+        return "\n".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in prompt)
+    return "" if prompt is None else str(prompt)
+
+
+def names_a_given_film(answer: str, films: Sequence[Film]) -> bool:
+    """Whether the answer cites a film given by its number ("[2]") or names one by its title.
+
+    >>> films = [GivenFilm("Psycho", 1960, "Horror", "-"), GivenFilm("Vertigo", 1958, "Thriller", "-")]
+    >>> names_a_given_film("It is [2].", films), names_a_given_film("psycho", films), names_a_given_film("[3]", films)
+    (True, True, False)
+    """
+    if any(1 <= int(m.group(1)) <= len(films) for m in CITATION.finditer(answer)):
+        return True
+    return any(fold(film.title) and contains(answer, film.title) for film in films)
+
+
+class FilmDetails:
+    """1.0 when the answer names one of the films its prompt lists (by number or title) and states no film number,
+    title, name, year, genre or director that those films lack (`check_answer`); 0.0 otherwise, so an answer that
+    names no film earns nothing. For prompts that list numbered films as the RAG tab does (Movie questions).
+
+    With `right_film`, the film named must be the one the question is about (the row's `answer` among its
+    `candidates`): copying any listed film's line faithfully earns nothing.
+
+    >>> prompt = [{"role": "user", "content": "[1] Psycho (1960, Horror, dir. Alfred Hitchcock): A clerk steals.\\n"
+    ...                                       "[2] Jaws (1975, Thriller, dir. Steven Spielberg): A shark."}]
+    >>> answers = ["[1] Psycho (1960, Horror, dir. Alfred Hitchcock)", "[1] Psycho (1962)", "No idea.",
+    ...            "[1] Psycho, dir. Alfred Hitch", "[2] Jaws (1975)"]
+    >>> FilmDetails()(answers, prompts=[prompt] * 5)
+    [1.0, 0.0, 0.0, 1.0, 1.0]
+    >>> FilmDetails(right_film=True)(answers, prompts=[prompt] * 5, answer=["Jaws"] * 5,
+    ...                              candidates=[["Psycho", "Jaws"]] * 5)
+    [0.0, 0.0, 0.0, 0.0, 1.0]
+    """
+
+    max_value = 1.0
+
+    def __init__(self, right_film: bool = False, name: str = "film_details"):
+        self.right_film, self.__name__ = bool(right_film), name
+
+    def __call__(self, completions, prompts=None, **kwargs) -> list[float]:
+        count = len(completions)
+        answers, options = kwargs.get("answer") or [None] * count, kwargs.get("candidates") or [None] * count
+        out = []
+        for completion, prompt, wanted, candidates in zip(completions, prompts or [None] * count, answers, options):
+            source = prompt_text(prompt)
+            films, answer = films_in_prompt(source), completion_text(completion)
+            if self.right_film:  # only the film the question is about may be named
+                if not candidates or wanted not in candidates or candidates.index(wanted) >= len(films):
+                    out.append(0.0)
+                    continue
+                number = candidates.index(wanted) + 1
+                true = contains(answer, films[number - 1].title) or any(
+                    int(m.group(1)) == number for m in CITATION.finditer(answer))
+            else:
+                true = names_a_given_film(answer, films)
+            out.append(1.0 if true and not check_answer(answer, films, source) else 0.0)
+        return out
