@@ -140,19 +140,21 @@ def title_before(text: str) -> tuple[str, int]:
     >>> title_before("the answer is "), title_before("in 1999, then Dune"), title_before("1. Dune")
     (('', 14), ('Dune', 14), ('Dune', 3))
     """
+    def capitalised(word: str) -> bool:
+        bare = word.strip("\"'“”*_")
+        return bare[:1].isupper() or bare[:1].isdigit()
+
     words = list(re.finditer(r"\S+", text))
     first = len(words)
     for index in range(len(words) - 1, -1, -1):
         word = words[index].group(0)
-        bare = word.strip("\"'“”*_")
-        titled = bare[:1].isupper() or bare[:1].isdigit() or bare.lower() in TITLE_SMALL_WORDS
+        titled = capitalised(word) or word.strip("\"'“”*_").lower() in TITLE_SMALL_WORDS
         numbered = re.fullmatch(r"\d{1,2}[.)]", word)  # a list's "1." or "2)"
         ends_line = index < len(words) - 1 and "\n" in text[words[index].end():words[index + 1].start()]
         if not titled or numbered or ends_line or word[:1] == "[" or (index < len(words) - 1 and word[-1:] in ",;:"):
             break
         first = index
-    while first < len(words) and not (lambda bare: bare[:1].isupper() or bare[:1].isdigit())(
-            words[first].group(0).strip("\"'“”*_")):
+    while first < len(words) and not capitalised(words[first].group(0)):
         first += 1
     if first >= len(words):
         return "", len(text)
@@ -241,7 +243,7 @@ def check_answer(answer: str, hits: Sequence[Film], source: str) -> list[Unsuppo
     ['no film given has this title']
     """
     found: list[tuple[int, int, Unsupported]] = []  # (start, end, item)
-    end = len(answer.rstrip())  # a phrase that reaches it may have been cut off by the token limit
+    answer_end = len(answer.rstrip())  # a phrase that reaches it may have been cut off by the token limit
     spans: list[tuple[int, int]] = []
 
     def add(start: int, end: int, said: str, why: str) -> None:
@@ -281,7 +283,7 @@ def check_answer(answer: str, hits: Sequence[Film], source: str) -> list[Unsuppo
                 f"only {len(hits)} film{'s' if len(hits) != 1 else ''} were given" if hits else "no film was given")
     for match in DIRECTED.finditer(answer):
         name = match.group(1).rstrip(".")
-        if not contains(source, name, cut=match.end(1) >= end):
+        if not contains(source, name, cut=match.end(1) >= answer_end):
             add(match.start(1), match.end(1), name, "no film given names this director")
     for match in YEAR.finditer(answer):
         if match.group(1) not in source:
@@ -296,7 +298,7 @@ def check_answer(answer: str, hits: Sequence[Film], source: str) -> list[Unsuppo
     for match in NAME.finditer(answer):
         name = TRAILING_SMALL_WORDS.sub("", match.group(0))
         opens = SENTENCE_START.search(answer[:match.start()]) is not None
-        left = unsupported_name(name, source, opens, cut=match.start() + len(name) >= end)
+        left = unsupported_name(name, source, opens, cut=match.start() + len(name) >= answer_end)
         if left:
             at = match.start() + match.group(0).find(left)
             genre = left.lower() in GENRES or left.lower() in {hit.genre.lower() for hit in hits}
