@@ -10,7 +10,7 @@ import threading
 
 import gradio as gr
 
-from pipeline.rewards.grounding import check_answer, check_markdown
+from pipeline.rewards.grounding import check_answer, check_markdown, marked
 from pipeline.training.generate import (ChatModelError, ModelCache, base_choice, chat_choices,
                                        generation_error_message)
 from retrieval import movies as movie_data
@@ -83,24 +83,30 @@ def used_markdown(hits: list[Hit], used: list[int]) -> str:
     return "**Drew on:** " + ", ".join(f"[{n}] {hits[n - 1].label}" for n in used)
 
 
-def answer_notes(hits: list[Hit], answers: dict[str, str], source: str) -> str:
-    """Under the answers: the films the chosen model drew on, then what each answer (the chosen model's, and the
-    base model's when compared) says that the films given do not.
+def answer_checks(hits: list[Hit], answers: dict[str, str], source: str) -> dict[str, list]:
+    """What each answer that came back says that the films given (shown to the models in `source`) lack."""
+    return {key: check_answer(text, hits, source) for key, text in answers.items() if text.strip()}
+
+
+def answer_notes(hits: list[Hit], main: str, checks: dict[str, list]) -> str:
+    """Under the answers: the films the chosen model drew on (`main` is its answer), then what each answer checked
+    (the chosen model's, and the base model's when compared) says that the films given do not.
 
     >>> hit = Hit(1, "Psycho", 1960, "Horror", "Alfred Hitchcock", "A clerk steals money.", 0.3)
     >>> source = "[1] Psycho (1960, Horror, dir. Alfred Hitchcock): A clerk steals money."
-    >>> print(answer_notes([hit], {"main": "Psycho [1]", "base": "Psycho (1962)"}, source))
+    >>> checks = answer_checks([hit], {"main": "Psycho [1]", "base": "Psycho (1962)"}, source)
+    >>> print(answer_notes([hit], "Psycho [1]", checks))
     **Drew on:** [1] Psycho (1960)
     <BLANKLINE>
     Tuned: Checked against the films given: found no film number, title, name, year, genre or director they lack.
     <BLANKLINE>
     Base: **Not in the films given:** `Psycho (1962)` ([1] is Psycho (1960, Horror, dir. Alfred Hitchcock))
     """
-    lines = [used_markdown(hits, films_used(answers["main"], hits))]
+    lines = [used_markdown(hits, films_used(main, hits))]
     for key, name in (("main", "Tuned"), ("base", "Base")):
-        if answers.get(key, "").strip():
-            check = check_markdown(check_answer(answers[key], hits, source))
-            lines.append(f"{name}: {check}" if "base" in answers else check)
+        if key in checks:
+            check = check_markdown(checks[key])
+            lines.append(f"{name}: {check}" if "base" in checks else check)
     return "\n\n".join(line for line in lines if line)
 
 
@@ -220,9 +226,13 @@ def make_handlers(store: MovieStore, cache: ModelCache, chunks: PlotChunks | Non
             yield gr.skip(), gr.skip(), view("main"), "", gr.skip(), gr.skip()
             return
         used = films_used(answers["main"], hits)
-        shown_answers = {key: text for key, text in answers.items() if key not in failed}
-        notes = answer_notes(hits, shown_answers, messages[-1]["content"])
-        yield results_html(hits, filters, used) + note, gr.skip(), view("main"), notes, gr.skip(), gr.skip()
+        checks = answer_checks(hits, {key: text for key, text in answers.items() if key not in failed},
+                               messages[-1]["content"])
+        for key, items in checks.items():  # what the films lack, marked in the answer itself
+            shown[key] = marked(answers[key], items)
+        notes = answer_notes(hits, answers["main"], checks)
+        yield (results_html(hits, filters, used) + note, gr.skip(), view("main"), notes, gr.skip(),
+               view("base") if "base" in checks else gr.skip())
 
     return do_search, do_answer
 

@@ -10,8 +10,9 @@ about whether a plot was retold faithfully. Pure Python.
 
 from __future__ import annotations
 
+import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from pipeline.rewards.text import completion_text
@@ -77,7 +78,7 @@ PROMPT_FILM = re.compile(r"^\[(\d{1,3})\] (.+?) \((\d{4}), ([^,\n]*), dir\. ([^\
 def films_in_prompt(prompt: str) -> list[GivenFilm]:
     """The numbered films of an answer prompt (retrieval/rag.py writes them), in their order.
 
-    >>> films_in_prompt("Films:\\n\\n[1] Psycho (1960, Horror, dir. Alfred Hitchcock): A clerk steals.\\n\\nQuestion: who?")
+    >>> films_in_prompt("Films:\\n\\n[1] Psycho (1960, Horror, dir. Alfred Hitchcock): A clerk steals.\\n\\nWho?")
     [GivenFilm(title='Psycho', release_year=1960, genre='Horror', director='Alfred Hitchcock')]
     """
     found = {int(m.group(1)): GivenFilm(m.group(2), int(m.group(3)), m.group(4), m.group(5))
@@ -87,10 +88,12 @@ def films_in_prompt(prompt: str) -> list[GivenFilm]:
 
 @dataclass(frozen=True)
 class Unsupported:
-    """One thing the answer says that the films given do not: what it wrote, and what the films say."""
+    """One thing the answer says that the films given do not: what it wrote, what the films say, and where in the
+    answer it is written (each place, as (start, end) character offsets)."""
 
     said: str
     why: str
+    where: tuple[tuple[int, int], ...] = field(default=(), compare=False)
 
     def markdown(self) -> str:
         return f"`{self.said}` ({self.why})"
@@ -242,14 +245,15 @@ def check_answer(answer: str, hits: Sequence[Film], source: str) -> list[Unsuppo
     >>> [item.why for item in check_answer("It is Jaws (1975, Thriller, dir. Steven Spielberg)", hits, source)]
     ['no film given has this title']
     """
-    found: list[tuple[int, int, Unsupported]] = []  # (start, end, item)
+    found: dict[str, tuple[str, list[tuple[int, int]]]] = {}  # what was said -> (why, where)
     answer_end = len(answer.rstrip())  # a phrase that reaches it may have been cut off by the token limit
     spans: list[tuple[int, int]] = []
 
     def add(start: int, end: int, said: str, why: str) -> None:
-        inside = any(a <= start and end <= b for a, b in spans)
-        if not inside and all(item.said != said for _, _, item in found):
-            found.append((start, end, Unsupported(" ".join(said.split()), why)))
+        if any(a <= start and end <= b for a, b in spans):
+            return  # inside a film's details, already checked as a whole
+        said = " ".join(said.split())
+        found.setdefault(said, (why, []))[1].append((start, end))
 
     # A film's details, e.g. "[3] Forrest Gump (1994, Thriller, dir. Alfred Hitchcock)": checked against the film
     # it names (by number, else by title). Those spans are then not checked again word by word.
@@ -303,7 +307,25 @@ def check_answer(answer: str, hits: Sequence[Film], source: str) -> list[Unsuppo
             at = match.start() + match.group(0).find(left)
             genre = left.lower() in GENRES or left.lower() in {hit.genre.lower() for hit in hits}
             add(at, at + len(left), left, "no film given is in this genre" if genre else "no film given has this name")
-    return [item for _, _, item in sorted(found, key=lambda entry: entry[0])]
+    items = [Unsupported(said, why, tuple(where)) for said, (why, where) in found.items()]
+    return sorted(items, key=lambda item: item.where[0])
+
+
+def marked(answer: str, items: list[Unsupported]) -> str:
+    """The answer with each thing the check found wrapped in <mark>, its reason as the mark's tooltip.
+
+    >>> item = Unsupported("1975", "no film given is from 1975", ((9, 13),))
+    >>> marked("Jaws, in 1975.", [item])
+    'Jaws, in <mark title="no film given is from 1975">1975</mark>.'
+    """
+    places = sorted((start, end, item.why) for item in items for start, end in item.where)
+    out, done = [], 0
+    for start, end, why in places:
+        if start < done:
+            continue  # overlaps a place already marked
+        out += [answer[done:start], f'<mark title="{html.escape(why)}">', answer[start:end], "</mark>"]
+        done = end
+    return "".join(out) + answer[done:]
 
 
 def check_markdown(items: list[Unsupported], most: int = 8) -> str:

@@ -42,9 +42,15 @@ def test_year_filtered_query_shows_results_and_streams_an_answer(page, app_url):
         time.sleep(0.1)
     assert len(lengths) >= 3 and lengths == sorted(lengths), lengths
     expect(page.locator("#rag-used")).to_have_text(re.compile(r"Drew on|names none"), timeout=240_000)
-    # Under it, the answer checked against the films given.
+    # Under it, the answer checked against the films given; what they lack is marked in the answer itself.
     expect(page.locator("#rag-used")).to_contain_text(re.compile(r"Checked against the films given|Not in the films "
                                                                  r"given"))
+    marks = answer.locator("mark")
+    if "Not in the films given" in page.locator("#rag-used").inner_text():
+        expect(marks.first).to_be_visible()
+        assert marks.first.get_attribute("title"), "a mark says why on hover"
+    else:
+        expect(marks).to_have_count(0)
 
     # The exact prompt is one click away and holds the query and the numbered films.
     page.get_by_text("Prompt sent to the model").click()

@@ -96,3 +96,15 @@ def test_the_film_details_reward_on_the_movie_questions_prompts():
     answers = [right, right[:-5],  # cut off by the token limit
                right.replace(year, "1899"), "I do not know.", f"[{len(row['candidates']) + 1}]"]
     assert FilmDetails()(answers, prompts=[row["prompt"]] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def test_every_place_a_problem_is_said_is_marked_in_the_answer():
+    from pipeline.rewards.grounding import marked
+
+    answer = "1) Michael Douglas; 2) Denis Villeneuve; 3) Michael Douglas"
+    items = check_answer(answer, HITS, SOURCE)
+    assert [item.said for item in items] == ["Michael Douglas"] and len(items[0].where) == 2
+    assert marked(answer, items) == ("1) <mark title=\"no film given has this name\">Michael Douglas</mark>; "
+                                     "2) Denis Villeneuve; 3) <mark title=\"no film given has this name\">Michael "
+                                     "Douglas</mark>")
+    assert marked(answer, []) == answer
