@@ -1,4 +1,5 @@
-"""What the RAG tab's answer check (pipeline/rewards/grounding.py) flags, on real answers, for a reader to judge each flag:
+"""What the RAG tab's answer check (pipeline/rewards/grounding.py) flags on real answers, for a reader to judge
+each flag:
 
 1. the held-out answers of the Movie questions runs kept under bench/results (base and tuned, greedy; the films
    each was given are the prompt's own, from assets/prompts/movies.jsonl);
@@ -21,15 +22,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.rewards.grounding import check_answer  # noqa: E402
+from pipeline.rewards.grounding import check_answer, films_in_prompt  # noqa: E402
 from retrieval.rag import build_messages  # noqa: E402
-from retrieval.search import Hit  # noqa: E402
 
 ANSWER_FILES = ["learning-movies-2026-11-26-answers.txt", "learning-movies-lr5e-4-2026-11-26-answers.txt"]
-ENTRY = re.compile(r"^\[(\d+)\] (.+?) \((\d{4}), ([^,]+), dir\. (.+?)\): (.*)$")
 ANSWER_LINE = re.compile(r"^\s*(base|tuned)\s*\(([-\d.]+)\):\s*(.*)$")
 QUESTIONS = [
-    ("the protagonist turns out to be the bad guy", None, 1989), ("A story told by someone who is already dead", None, None),
+    ("the protagonist turns out to be the bad guy", None, 1989),
+    ("A story told by someone who is already dead", None, None),
     ("Robots or computers that turn against their makers", 1960, 2000),
     ("A heist where the crew is betrayed by one of its own", None, None),
     ("Which film has a man who cannot form new memories?", None, None),
@@ -40,22 +40,13 @@ QUESTIONS = [
     ("Name a film where a child sees ghosts", None, None),
     ("Which war films are about soldiers trying to get home?", None, None),
     ("What do the films about time loops have in common?", None, None),
-    ("A detective who is secretly the murderer", None, None), ("A family moves into a house that is haunted", 1970, 2024),
+    ("A detective who is secretly the murderer", None, None),
+    ("A family moves into a house that is haunted", 1970, 2024),
     ("Which Western has a lone gunman defending a town?", None, None),
     ("Tell me about a musical set in Hollywood", None, None), ("An animated film about toys", None, None),
     ("A documentary about nature or animals", None, None), ("Which film is about a boxer's comeback?", None, None),
     ("Movies about artificial intelligence falling in love", None, None),
 ]
-
-
-def prompt_hits(content: str) -> list[Hit]:
-    """The numbered films of a Movie questions prompt, read back from its lines."""
-    hits = []
-    for line in content.splitlines():
-        if match := ENTRY.match(line):
-            number, title, year, genre, director, plot = match.groups()
-            hits.append(Hit(int(number), title, int(year), genre, director, plot, 0.0))
-    return hits
 
 
 def shown(items) -> str:
@@ -77,7 +68,7 @@ def kept_answers() -> None:
             elif (match := ANSWER_LINE.match(line)) and question in rows:
                 who, answer = match.group(1), ast.literal_eval(match.group(3))
                 content = rows[question]["prompt"][-1]["content"]
-                items = check_answer(answer, prompt_hits(content), content)
+                items = check_answer(answer, films_in_prompt(content), content)
                 counts[who][0] += 1
                 counts[who][1] += bool(items)
                 if items:

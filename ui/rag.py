@@ -88,21 +88,21 @@ def answer_checks(hits: list[Hit], answers: dict[str, str], source: str) -> dict
     return {key: check_answer(text, hits, source) for key, text in answers.items() if text.strip()}
 
 
-def answer_notes(hits: list[Hit], main: str, checks: dict[str, list]) -> str:
-    """Under the answers: the films the chosen model drew on (`main` is its answer), then what each answer checked
+def answer_notes(hits: list[Hit], used: list[int], checks: dict[str, list]) -> str:
+    """Under the answers: the films the chosen model drew on (`used`, their numbers), then what each answer checked
     (the chosen model's, and the base model's when compared) says that the films given do not.
 
     >>> hit = Hit(1, "Psycho", 1960, "Horror", "Alfred Hitchcock", "A clerk steals money.", 0.3)
     >>> source = "[1] Psycho (1960, Horror, dir. Alfred Hitchcock): A clerk steals money."
     >>> checks = answer_checks([hit], {"main": "Psycho [1]", "base": "Psycho (1962)"}, source)
-    >>> print(answer_notes([hit], "Psycho [1]", checks))
+    >>> print(answer_notes([hit], [1], checks))
     **Drew on:** [1] Psycho (1960)
     <BLANKLINE>
     Tuned: Checked against the films given: found no film number, title, name, year, genre or director they lack.
     <BLANKLINE>
     Base: **Not in the films given:** `Psycho (1962)` ([1] is Psycho (1960, Horror, dir. Alfred Hitchcock))
     """
-    lines = [used_markdown(hits, films_used(main, hits))]
+    lines = [used_markdown(hits, used)]
     for key, name in (("main", "Tuned"), ("base", "Base")):
         if key in checks:
             check = check_markdown(checks[key])
@@ -230,7 +230,7 @@ def make_handlers(store: MovieStore, cache: ModelCache, chunks: PlotChunks | Non
                                messages[-1]["content"])
         for key, items in checks.items():  # what the films lack, marked in the answer itself
             shown[key] = marked(answers[key], items)
-        notes = answer_notes(hits, answers["main"], checks)
+        notes = answer_notes(hits, used, checks)
         yield (results_html(hits, filters, used) + note, gr.skip(), view("main"), notes, gr.skip(),
                view("base") if "base" in checks else gr.skip())
 

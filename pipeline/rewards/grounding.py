@@ -165,14 +165,19 @@ def title_before(text: str) -> tuple[str, int]:
     return text[start:].strip().strip("\"'“”*_,;:"), start
 
 
+def is_title(written: str, title: str) -> bool:
+    """Whether `written` is the film title `title`, or ends with it after words like "film" ("the film Psycho").
+
+    >>> is_title("The film Psycho", "Psycho"), is_title("Psycho II", "Psycho")
+    (True, False)
+    """
+    wanted, name = fold(written), fold(title)
+    return bool(name) and (wanted == name or wanted.endswith(" " + name))
+
+
 def hit_by_title(title: str, hits: Sequence[Film]) -> int | None:
-    """1-based number of the film given whose title `title` is (or ends with, after words like "film"), else None."""
-    wanted = fold(title)
-    for number, hit in enumerate(hits, 1):
-        name = fold(hit.title)
-        if name and (wanted == name or wanted.endswith(" " + name)):
-            return number
-    return None
+    """1-based number of the film given whose title `title` is (`is_title`), else None."""
+    return next((number for number, hit in enumerate(hits, 1) if is_title(title, hit.title)), None)
 
 
 def details_of(hit: Film) -> str:
@@ -183,7 +188,7 @@ def entry_problem(hit: Film, title: str, year: str, rest: str, cut: bool = False
     """Whether the details an answer gives for `hit` disagree with it: the title (when one is written), the year,
     the genre (the field after the year) and the director ("dir. ..."); with `cut` (the answer ends inside the
     details) the last of them may be cut short."""
-    if title and fold(title) and not (fold(hit.title) == fold(title) or fold(title).endswith(" " + fold(hit.title))):
+    if title and fold(title) and not is_title(title, hit.title):
         return True
     if int(year) != hit.release_year:
         return True
