@@ -21,8 +21,41 @@ CHARTS = {
 # Charts whose axis has fixed ends: a share stays on 0-1.
 CHART_Y_LIMITS = {"frac_reward_zero_std": [0, 1]}
 # Axis labels as short as their value allows (d3's "~r"): a chart with one point labels it "36.5025", not
-# "36.502480", and whole steps read "1", "2", not "1.0", "2.0". Every line plot of the app takes these.
-AXIS_FORMAT = {"x_axis_format": "~r", "y_axis_format": "~r"}
+# "36.502480", and whole steps read "1", "2", not "1.0", "2.0". Every line plot of the app takes these; the class
+# lets STEP_TICKS_JS find them.
+STEP_CHART = {"x_axis_format": "~r", "y_axis_format": "~r", "elem_classes": ["gs-steps"]}
+
+# A wide chart over a dozen steps gets a tick every half step from Vega ("0.5", "1.5"): there is no half step, and
+# the plot offers no tick-step setting. This page script hides the x-axis labels and ticks that are not whole
+# numbers, in every step chart, each time one is drawn. It watches the page's changes (one observer) and touches
+# only the charts a change was in.
+STEP_TICKS_JS = """() => {
+  if (window.gsStepTicks) return;
+  const whole = /^-?[0-9]+$/;
+  const tidy = (chart) => {
+    for (const axis of chart.querySelectorAll('g[aria-label^="X-axis"]')) {
+      const labels = [...axis.querySelectorAll('.role-axis-label text')];
+      const ticks = [...axis.querySelectorAll('.role-axis-tick line')];
+      const between = labels.map((label) => !whole.test(label.textContent.trim()));
+      labels.forEach((label, i) => { label.style.visibility = between[i] ? 'hidden' : ''; });
+      if (ticks.length === labels.length) {
+        ticks.forEach((tick, i) => { tick.style.visibility = between[i] ? 'hidden' : ''; });
+      }
+    }
+  };
+  let pending = new Set();
+  window.gsStepTicks = new MutationObserver((records) => {
+    for (const record of records) {
+      const node = record.target.nodeType === 1 ? record.target : record.target.parentElement;
+      const chart = node && node.closest('.gs-steps');
+      if (chart) pending.add(chart);
+    }
+    if (!pending.size) return;
+    requestAnimationFrame(() => { const charts = pending; pending = new Set(); charts.forEach(tidy); });
+  });
+  window.gsStepTicks.observe(document.body, {childList: true, subtree: true, characterData: true});
+  document.querySelectorAll('.gs-steps').forEach(tidy);
+}"""
 # Shown under the charts, next to the loss chart ("why is my loss 0?": TRL #3452, Unsloth #2291).
 LOSS_NOTE = ("**Why is the loss near 0?** By design. Each completion's advantage is its reward minus its group's "
              "mean, so within a group the advantages add up to zero, and the loss they weight sits near 0 (off 0 "

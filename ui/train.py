@@ -126,10 +126,10 @@ def build(ctx: TabContext) -> Tab:
                 # Full width each: their legends list every reward and each steering change in one row.
                 reward_plot = gr.LinePlot(None, x="step", y="value", color="series",
                                           title="Train reward: total and per function (mean)", height=260,
-                                          elem_id="reward-plot", **charts.AXIS_FORMAT)
+                                          elem_id="reward-plot", **charts.STEP_CHART)
                 probe_plot = gr.LinePlot(None, x="step", y="value", color="series",
                                          title="Held-out reward (probe prompts, greedy)", height=260,
-                                         elem_id="probe-plot", **charts.AXIS_FORMAT)
+                                         elem_id="probe-plot", **charts.STEP_CHART)
                 plots = {}
                 chart_items = list(charts.CHARTS.items())
                 for i in range(0, len(chart_items), 2):
@@ -137,7 +137,7 @@ def build(ctx: TabContext) -> Tab:
                         for key, (title, _) in chart_items[i:i + 2]:
                             plots[f"plot_{key}"] = gr.LinePlot(
                                 None, x="step", y="value", color="series", title=title, height=200,
-                                elem_id=f"plot-{key}", y_lim=charts.CHART_Y_LIMITS.get(key), **charts.AXIS_FORMAT)
+                                elem_id=f"plot-{key}", y_lim=charts.CHART_Y_LIMITS.get(key), **charts.STEP_CHART)
                 gr.Markdown(charts.LOSS_NOTE, elem_id="loss-note")
                 gr.Markdown("#### Completions over time\nThe same held-out prompts, answered greedily at step 0 "
                             "(the base model), every few steps and at the end. Pick a step to see its answers.")
@@ -164,7 +164,7 @@ def build(ctx: TabContext) -> Tab:
                                                info="Tick two or more runs to draw their total reward on one chart.")
                     compare_plot = gr.LinePlot(None, x="step", y="value", color="series", visible=False,
                                                title="Total reward by run", height=240, elem_id="compare-plot",
-                                               **charts.AXIS_FORMAT)
+                                               **charts.STEP_CHART)
                 with gr.Column():
                     action_run = gr.Dropdown(label="Run", choices=[], elem_id="action-run")
                     with gr.Row():
@@ -243,4 +243,4 @@ def build(ctx: TabContext) -> Tab:
         follow_runs = watch.follow("progress", "live-refresh", tuple(PART_OUTPUTS))
         follow_steering = steer_panel.wire(steer, run_select, allow, ops)
     return Tab(loads=(PageLoad(refresh_runs, [run_select], [run_select, table, compare, action_run]),),
-               scripts=(CLOSE_SETTINGS_JS, follow_runs, follow_steering))
+               scripts=(CLOSE_SETTINGS_JS, charts.STEP_TICKS_JS, follow_runs, follow_steering))

@@ -63,3 +63,41 @@ def test_no_event_while_nothing_changes_and_a_redraw_when_a_step_lands(page, app
     (watched_run / "train.log").write_text("a new log line\n")  # the log alone moved: the log alone is redrawn
     expect(page.locator("#log textarea")).to_have_value(re.compile("a new log line"), timeout=5_000)
     assert redraws[-1] == {"log"}, redraws
+
+
+@pytest.fixture
+def eleven_step_run(studio_data):
+    run_dir = runs.new_run_dir("eleven")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=11).to_dict())
+    runs.write_status(run_dir, "running", pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()),
+                      started_at=time.time())
+    for step in range(1, 11):
+        runs.append_jsonl(run_dir / "metrics.jsonl", {**metrics_line(step), "max_steps": 11})
+    yield run_dir
+    runs.write_status(run_dir, "stopped")
+
+
+def x_labels(page, chart: str) -> list[str]:
+    """The x-axis labels a chart shows (those not hidden)."""
+    return page.evaluate("""(chart) => [...document.querySelectorAll(
+            chart + ' g[aria-label^="X-axis"] .role-axis-label text')]
+        .filter((label) => getComputedStyle(label).visibility !== 'hidden').map((label) => label.textContent)""", chart)
+
+
+def test_the_wide_reward_chart_labels_whole_steps_only_and_keeps_doing_so_as_steps_land(page, app_url,
+                                                                                       eleven_step_run):
+    whole = [str(step) for step in range(12)]  # the axis runs 0 to the planned last step, 11 (the default run's)
+    page.goto(app_url)
+    expect(page.locator("#run-select input")).to_have_value(eleven_step_run.name)
+    expect(page.locator("#progress .gs-progress")).to_have_attribute("data-step", "10", timeout=30_000)
+    expect(page.locator("#reward-plot")).to_contain_text("total (weighted)")
+    deadline = time.time() + 10
+    while x_labels(page, "#reward-plot") != whole and time.time() < deadline:
+        page.wait_for_timeout(200)
+    assert x_labels(page, "#reward-plot") == whole  # Vega ticks this width every half step: "0.5" stays hidden
+    assert all(label.isdigit() for label in x_labels(page, "#plot-kl"))  # a half-width chart too
+
+    runs.append_jsonl(eleven_step_run / "metrics.jsonl", {**metrics_line(11), "max_steps": 11})
+    expect(page.locator("#progress .gs-progress")).to_have_attribute("data-step", "11", timeout=10_000)
+    page.wait_for_timeout(1_000)  # the redrawn chart
+    assert x_labels(page, "#reward-plot") == whole
