@@ -383,6 +383,9 @@ class FilmDetails:
     With `right_film`, the film named must be the one the question is about (the row's `answer` among its
     `candidates`): copying any listed film's line faithfully earns nothing.
 
+    With `penalty`, only what is invented counts: -1.0 for an answer the check flags, 0.0 for any other, so a
+    faithful answer earns nothing over a wrong one and the other rewards alone decide which film to name.
+
     >>> prompt = [{"role": "user", "content": "[1] Psycho (1960, Horror, dir. Alfred Hitchcock): A clerk steals.\\n"
     ...                                       "[2] Jaws (1975, Thriller, dir. Steven Spielberg): A shark."}]
     >>> answers = ["[1] Psycho (1960, Horror, dir. Alfred Hitchcock)", "[1] Psycho (1962)", "No idea.",
@@ -392,12 +395,16 @@ class FilmDetails:
     >>> FilmDetails(right_film=True)(answers, prompts=[prompt] * 5, answer=["Jaws"] * 5,
     ...                              candidates=[["Psycho", "Jaws"]] * 5)
     [0.0, 0.0, 0.0, 0.0, 1.0]
+    >>> FilmDetails(penalty=True)(answers, prompts=[prompt] * 5)
+    [0.0, -1.0, 0.0, 0.0, 0.0]
     """
 
-    max_value = 1.0
-
-    def __init__(self, right_film: bool = False, name: str = "film_details"):
-        self.right_film, self.__name__ = bool(right_film), name
+    def __init__(self, right_film: bool = False, penalty: bool = False, name: str = "film_details"):
+        if right_film and penalty:
+            raise ValueError("right_film and penalty don't combine: a penalty scores only what an "
+                             "answer invents, whichever film it names.")
+        self.right_film, self.penalty, self.__name__ = bool(right_film), bool(penalty), name
+        self.max_value = 0.0 if self.penalty else 1.0
 
     def __call__(self, completions, prompts=None, **kwargs) -> list[float]:
         count = len(completions)
@@ -406,6 +413,9 @@ class FilmDetails:
         for completion, prompt, wanted, candidates in zip(completions, prompts or [None] * count, answers, options):
             source = prompt_text(prompt)
             films, answer = films_in_prompt(source), completion_text(completion)
+            if self.penalty:
+                out.append(-1.0 if check_answer(answer, films, source) else 0.0)
+                continue
             if self.right_film:  # only the film the question is about may be named
                 if not candidates or wanted not in candidates or candidates.index(wanted) >= len(films):
                     out.append(0.0)

@@ -175,7 +175,9 @@ reward_registry.register(RewardDef(
     "1 if the answer names a film it was given and no film number, title, name, year, genre or director those "
     "films lack (for prompts that list numbered films, as Movie questions does); else 0.",
     {"right_film": Param(bool, "Count only an answer that names the film the question is about (needs the "
-                               "dataset's answer and candidates, as Movie questions has).")}))
+                               "dataset's answer and candidates, as Movie questions has)."),
+     "penalty": Param(bool, "Score only what is invented: -1 for an answer that states a detail the films lack, "
+                            "0 for any other. Use it beside a reward for the right film.")}))
 reward_registry.register(RewardDef(
     "keyword_presence", KeywordPresence, "Reward (or penalize) completions matching a regex.",
     {"pattern": Param(str, "Regular expression to look for."),

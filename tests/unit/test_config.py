@@ -167,3 +167,7 @@ def test_the_film_details_reward_needs_prompts_that_list_films():
     problems = RunConfig(rewards=[RewardSpec("length_target", 1.0, {}), details]).problems()
     assert any("film_details" in p and "Movie questions" in p for p in problems), problems
     assert RunConfig(dataset=DatasetSpec(source="movies"), rewards=[details]).problems() == []
+    both = RewardSpec("film_details", 0.5, {"right_film": True, "penalty": True})
+    assert RunConfig(dataset=DatasetSpec(source="movies"), rewards=[both]).problems() == [
+        "Reward 'film_details': right_film and penalty don't combine: a penalty scores only what an answer invents, "
+        "whichever film it names."]

@@ -96,6 +96,8 @@ def test_the_film_details_reward_on_the_movie_questions_prompts():
     answers = [right, right[:-5],  # cut off by the token limit
                right.replace(year, "1899"), "I do not know.", f"[{len(row['candidates']) + 1}]"]
     assert FilmDetails()(answers, prompts=[row["prompt"]] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]
+    # As a penalty: only the answers that invent something lose, naming nothing costs nothing.
+    assert FilmDetails(penalty=True)(answers, prompts=[row["prompt"]] * 5) == [0.0, 0.0, -1.0, 0.0, -1.0]
 
 
 def test_every_place_a_problem_is_said_is_marked_in_the_answer():
