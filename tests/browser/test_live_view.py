@@ -20,15 +20,22 @@ def metrics_line(step: int) -> dict:
             "elapsed": 10.0 * step, "eta_seconds": 100.0, "time": time.time()}
 
 
-@pytest.fixture
-def watched_run(studio_data):
-    run_dir = runs.new_run_dir("watched")
-    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=1000).to_dict())
+def running_run(name: str, max_steps: int, steps: int):
+    """A run folder that reads as running (this process stands in for its trainer) with `steps` metrics lines;
+    marked stopped when the test ends, so this process does not read as a live trainer to later tests."""
+    run_dir = runs.new_run_dir(name)
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=max_steps).to_dict())
     runs.write_status(run_dir, "running", pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()),
                       started_at=time.time())
-    runs.append_jsonl(run_dir / "metrics.jsonl", metrics_line(1))
+    for step in range(1, steps + 1):
+        runs.append_jsonl(run_dir / "metrics.jsonl", {**metrics_line(step), "max_steps": max_steps})
     yield run_dir
-    runs.write_status(run_dir, "stopped")  # this process must not read as a live trainer to later tests
+    runs.write_status(run_dir, "stopped")
+
+
+@pytest.fixture
+def watched_run(studio_data):
+    yield from running_run("watched", max_steps=1000, steps=1)
 
 
 def test_no_event_while_nothing_changes_and_a_redraw_when_a_step_lands(page, app_url, watched_run):
@@ -67,14 +74,7 @@ def test_no_event_while_nothing_changes_and_a_redraw_when_a_step_lands(page, app
 
 @pytest.fixture
 def eleven_step_run(studio_data):
-    run_dir = runs.new_run_dir("eleven")
-    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=11).to_dict())
-    runs.write_status(run_dir, "running", pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()),
-                      started_at=time.time())
-    for step in range(1, 11):
-        runs.append_jsonl(run_dir / "metrics.jsonl", {**metrics_line(step), "max_steps": 11})
-    yield run_dir
-    runs.write_status(run_dir, "stopped")
+    yield from running_run("eleven", max_steps=11, steps=10)
 
 
 def x_labels(page, chart: str) -> list[str]:
