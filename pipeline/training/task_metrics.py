@@ -133,15 +133,14 @@ def movie_metrics(rows: list[dict], completions: list[str]) -> dict[str, Any]:
     >>> m["accuracy"], m["retrieval_recall"], m["format_compliance"], m["invented_details"], m["per_prompt"]
     (0.5, 0.5, 0.5, 0.5, [1.0, 0.0])
     """
-    from pipeline.rewards import FilmCitation, MovieTitle
-    from pipeline.rewards.grounding import check_answer, films_in_prompt, prompt_text
+    from pipeline.rewards import FilmCitation, FilmDetails, MovieTitle
 
     kwargs = {"answer": [r["answer"] for r in rows], "candidates": [r.get("candidates") for r in rows]}
     # A right title for a film the search missed came from the model's memory, not the plots: not counted.
     hits = [h if r["retrieved"] else 0.0 for h, r in zip(MovieTitle()(completions, **kwargs), rows)]
     cited = [1.0 if v == 1.0 else 0.0 for v in FilmCitation()(completions, **kwargs)]
-    sources = [prompt_text(r.get("prompt")) for r in rows]
-    invented = [1.0 if check_answer(str(c or ""), films_in_prompt(s), s) else 0.0 for c, s in zip(completions, sources)]
+    flagged = FilmDetails(penalty=True)(completions, prompts=[r.get("prompt") for r in rows])  # -1: invents
+    invented = [1.0 if v else 0.0 for v in flagged]
     return {"kind": "movie", "accuracy": round(statistics.fmean(hits), 4),
             "retrieval_recall": round(statistics.fmean(1.0 if r["retrieved"] else 0.0 for r in rows), 4),
             "format_compliance": round(statistics.fmean(cited), 4),
