@@ -48,11 +48,21 @@ def settings_accordion() -> gr.Accordion:
 UPLOAD_TYPES = [".csv", ".jsonl", ".json"]
 
 
+def table_cell(text: str) -> str:
+    r"""Text for one cell of a Markdown table, shown as written: a tag such as <answer> is not taken as HTML and
+    dropped, and a | (as in an absolute value) does not split the cell.
+
+    >>> table_cell("1 if <answer>x</answer>; -|t - n|")
+    '1 if &lt;answer&gt;x&lt;/answer&gt;; -\\|t - n\\|'
+    """
+    return html.escape(text, quote=False).replace("|", "\\|")
+
+
 def reward_docs() -> str:
     lines = ["| reward | what it scores | parameters |", "|---|---|---|"]
     for d in reward_registry.describe():
-        params = ", ".join(f"`{k}` ({p['help']})" for k, p in d["params"].items()) or "none"
-        lines.append(f"| `{d['name']}` | {d['description']} | {params} |")
+        params = ", ".join(f"`{k}` ({table_cell(p['help'])})" for k, p in d["params"].items()) or "none"
+        lines.append(f"| `{d['name']}` | {table_cell(d['description'])} | {params} |")
     lines.append("\nWeight 0 makes a reward a **monitor**: scored, charted and shown in the group inspector, but "
                  "left out of the advantage. A warning shows when a trained reward rises while a monitor falls.")
     return "\n".join(lines)

@@ -54,3 +54,15 @@ def test_a_preset_then_typed_values(page, app_url):
     # Its first line sums up the config the Start button would write.
     expect(page.locator("#train-command")).to_contain_text(
         "# 7 steps, G=4, 32 completion tokens, rewards: length_target, token_diversity", timeout=30_000)
+
+
+def test_what_each_reward_does_reads_as_written(page, app_url):
+    """The rewards' descriptions show their tags and their absolute values: a tag is not taken as HTML and
+    dropped, and a | does not split the table's cells."""
+    page.goto(app_url)
+    page.get_by_text("What each reward does").click()
+    strict = page.locator("tr", has_text="strict_format").first
+    expect(strict).to_contain_text("exactly <think>...</think><answer>...</answer>.", timeout=30_000)
+    length = page.locator("tr", has_text="length_target").first
+    expect(length.locator("td")).to_have_count(3)
+    expect(length.locator("td").nth(1)).to_contain_text("-|target - length|; peaks at the target length")
