@@ -20,6 +20,10 @@ CHARTS = {
 }
 # Charts whose axis has fixed ends: a share stays on 0-1.
 CHART_Y_LIMITS = {"frac_reward_zero_std": [0, 1]}
+# Each chart's y-axis title, the unit of what it draws (the plots' own default would read "value" on every chart).
+CHART_Y_TITLES = {"reward": "reward", "probe": "reward", "compare": "total reward", "reward_std": "std",
+                  "frac_reward_zero_std": "share", "kl": "KL", "entropy": "nats per token",
+                  "completion_length": "tokens", "loss": "loss"}
 # Axis labels as short as their value allows (d3's "~r"): a chart with one point labels it "36.5025", not
 # "36.502480", and whole steps read "1", "2", not "1.0", "2.0". Every line plot of the app takes these; the class
 # lets STEP_TICKS_JS find them.

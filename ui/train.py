@@ -126,9 +126,11 @@ def build(ctx: TabContext) -> Tab:
                 # Full width each: their legends list every reward and each steering change in one row.
                 reward_plot = gr.LinePlot(None, x="step", y="value", color="series",
                                           title="Train reward: total and per function (mean)", height=260,
+                                          y_title=charts.CHART_Y_TITLES["reward"],
                                           elem_id="reward-plot", **charts.STEP_CHART)
                 probe_plot = gr.LinePlot(None, x="step", y="value", color="series",
                                          title="Held-out reward (probe prompts, greedy)", height=260,
+                                         y_title=charts.CHART_Y_TITLES["probe"],
                                          elem_id="probe-plot", **charts.STEP_CHART)
                 plots = {}
                 chart_items = list(charts.CHARTS.items())
@@ -137,6 +139,7 @@ def build(ctx: TabContext) -> Tab:
                         for key, (title, _) in chart_items[i:i + 2]:
                             plots[f"plot_{key}"] = gr.LinePlot(
                                 None, x="step", y="value", color="series", title=title, height=200,
+                                y_title=charts.CHART_Y_TITLES[key],
                                 elem_id=f"plot-{key}", y_lim=charts.CHART_Y_LIMITS.get(key), **charts.STEP_CHART)
                 gr.Markdown(charts.LOSS_NOTE, elem_id="loss-note")
                 gr.Markdown("#### Completions over time\nThe same held-out prompts, answered greedily at step 0 "
@@ -164,6 +167,7 @@ def build(ctx: TabContext) -> Tab:
                                                info="Tick two or more runs to draw their total reward on one chart.")
                     compare_plot = gr.LinePlot(None, x="step", y="value", color="series", visible=False,
                                                title="Total reward by run", height=240, elem_id="compare-plot",
+                                               y_title=charts.CHART_Y_TITLES["compare"],
                                                **charts.STEP_CHART)
                 with gr.Column():
                     action_run = gr.Dropdown(label="Run", choices=[], elem_id="action-run")

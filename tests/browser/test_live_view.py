@@ -84,6 +84,13 @@ def x_labels(page, chart: str) -> list[str]:
         .filter((label) => getComputedStyle(label).visibility !== 'hidden').map((label) => label.textContent)""", chart)
 
 
+def y_title(page, chart: str) -> str:
+    """The y-axis title a chart shows."""
+    return page.evaluate("""(chart) => [...document.querySelectorAll(
+            chart + ' g[aria-label^="Y-axis"] .role-axis-title text')].map((title) => title.textContent).join('/')""",
+                         chart)
+
+
 def test_the_wide_reward_chart_labels_whole_steps_only_and_keeps_doing_so_as_steps_land(page, app_url,
                                                                                        eleven_step_run):
     whole = [str(step) for step in range(12)]  # the axis runs 0 to the planned last step, 11 (the default run's)
@@ -96,6 +103,9 @@ def test_the_wide_reward_chart_labels_whole_steps_only_and_keeps_doing_so_as_ste
         page.wait_for_timeout(200)
     assert x_labels(page, "#reward-plot") == whole  # Vega ticks this width every half step: "0.5" stays hidden
     assert all(label.isdigit() for label in x_labels(page, "#plot-kl"))  # a half-width chart too
+    # Each chart's y axis names its unit, not the plot's column name.
+    assert [y_title(page, chart) for chart in ("#reward-plot", "#plot-kl", "#plot-completion_length")] == [
+        "reward", "KL", "tokens"]
 
     runs.append_jsonl(eleven_step_run / "metrics.jsonl", {**metrics_line(11), "max_steps": 11})
     expect(page.locator("#progress .gs-progress")).to_have_attribute("data-step", "11", timeout=10_000)

@@ -252,3 +252,10 @@ def test_zero_std_share_is_charted():
     rows = [{"step": 1, "frac_reward_zero_std": 0.5}, {"step": 2, "frac_reward_zero_std": 0.0}]
     assert charts.metric_frame(rows, "frac_reward_zero_std")["value"].tolist() == [0.5, 0.0]
     assert "loss" in charts.CHARTS and "near 0" in charts.LOSS_NOTE and "Train reward" in charts.LOSS_NOTE
+
+
+def test_every_chart_has_a_y_axis_title():
+    from ui import charts
+
+    assert set(charts.CHARTS) | {"reward", "probe", "compare"} <= set(charts.CHART_Y_TITLES)
+    assert "value" not in charts.CHART_Y_TITLES.values()
