@@ -50,6 +50,12 @@ there these they this those though thus two unlike we what when where which whil
 GENRES = frozenset(("action", "adventure", "animation", "biography", "comedy", "crime", "documentary", "drama",
                     "family", "fantasy", "film noir", "history", "horror", "musical", "mystery", "romance",
                     "science fiction", "sport", "thriller", "war", "western"))
+# Nationalities and languages: written with a capital, but a claim about a film rather than a name in it ("a Japanese
+# thriller"). One the films given do not mention is reported as such.
+NATIONALITIES = frozenset("""african american arabic australian austrian belgian brazilian british canadian chinese
+czech danish dutch egyptian english european finnish french german greek hindi hungarian indian irish israeli italian
+japanese korean latin mexican norwegian persian polish portuguese russian scottish soviet spanish swedish swiss
+turkish welsh""".split())
 SENTENCE_START = re.compile(r"(?:^|[.!?:;\n\]\-–—•*]|\d[.)])\s*$")
 ARTICLE = re.compile(r"^(?:the|a|an) ")
 
@@ -229,6 +235,21 @@ def unsupported_name(name: str, source: str, opens_sentence: bool, cut: bool = F
     return name
 
 
+def name_reason(said: str, hits: Sequence[Film]) -> str:
+    """Why a capitalised word or name the films given lack is reported: a genre, a nationality or language, or a
+    name.
+
+    >>> hits = [GivenFilm("Psycho", 1960, "Horror", "Alfred Hitchcock")]
+    >>> [name_reason(said, hits) for said in ("Western", "Japanese", "Norman Bates")]
+    ['no film given is in this genre', 'no film given mentions this', 'no film given has this name']
+    """
+    if said.lower() in GENRES or said.lower() in {hit.genre.lower() for hit in hits}:
+        return "no film given is in this genre"
+    if said.lower() in NATIONALITIES:
+        return "no film given mentions this"
+    return "no film given has this name"
+
+
 def check_answer(answer: str, hits: Sequence[Film], source: str) -> list[Unsupported]:
     """What `answer` states that the films given (`hits`, shown to the model in `source`, the prompt it read with
     the numbered films and the question) do not support, in the order the answer says it.
@@ -310,8 +331,7 @@ def check_answer(answer: str, hits: Sequence[Film], source: str) -> list[Unsuppo
         left = unsupported_name(name, source, opens, cut=match.start() + len(name) >= answer_end)
         if left:
             at = match.start() + match.group(0).find(left)
-            genre = left.lower() in GENRES or left.lower() in {hit.genre.lower() for hit in hits}
-            add(at, at + len(left), left, "no film given is in this genre" if genre else "no film given has this name")
+            add(at, at + len(left), left, name_reason(left, hits))
     items = [Unsupported(said, why, tuple(where)) for said, (why, where) in found.items()]
     return sorted(items, key=lambda item: item.where[0])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.rewards.grounding import check_answer
+from pipeline.rewards.grounding import FilmDetails, GivenFilm, check_answer
 from retrieval.rag import build_messages
 from retrieval.search import Hit
 
@@ -110,3 +110,15 @@ def test_every_place_a_problem_is_said_is_marked_in_the_answer():
                                      "2) Denis Villeneuve; 3) <mark title=\"no film given has this name\">Michael "
                                      "Douglas</mark>")
     assert marked(answer, []) == answer
+
+
+def test_a_nationality_the_films_lack_is_reported_as_a_claim_not_a_name():
+    hits = [GivenFilm("Seven Samurai", 1954, "Action", "Akira Kurosawa")]
+    source = "[1] Seven Samurai (1954, Action, dir. Akira Kurosawa): Farmers hire samurai to defend their village."
+    items = check_answer("[1] is a Japanese film about samurai.", hits, source)
+    assert [(item.said, item.why) for item in items] == [("Japanese", "no film given mentions this")]
+    # Still something the films given do not say: film_details scores it as before.
+    prompt = [{"role": "user", "content": source}]
+    assert FilmDetails()(["[1] is a Japanese film about samurai."], prompts=[prompt]) == [0.0]
+    # Said in a plot, it is supported.
+    assert check_answer("[1] is Japanese.", hits, source.replace("Farmers", "Japanese farmers")) == []
