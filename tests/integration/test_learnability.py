@@ -49,13 +49,14 @@ def test_scan_samples_and_scores_as_the_trainer_would_and_its_numbers_add_up(bun
     assert [p.completions for p in learnability_scan(cfg, prompts=3).prompts] == [p.completions for p in report.prompts]
 
 
-def test_a_run_that_keeps_the_scanned_prompts_records_them_and_trains_on_exactly_those(bundled_model_dir):
+def test_a_run_that_keeps_the_scanned_prompts_records_them_and_trains_on_exactly_those(tiny_model_dir):
     """Through the Train tab's Start handler: the kept prompts go into config.json, and every group the trainer
-    samples is one of them (two prompts, one step)."""
+    samples is one of them (two prompts, one step; the model's answers don't matter, so a two-layer one)."""
     from ui.form import config_to_form
     from ui.train_form import start_training
 
-    cfg = RunConfig(**{**QUICK, "num_generations": 2, "batch_size": 4, "max_completion_length": 8, "max_steps": 1},
+    cfg = RunConfig(**{**QUICK, "num_generations": 2, "batch_size": 4, "max_completion_length": 8, "max_steps": 1,
+                       "model": str(tiny_model_dir)},
                     rewards=CHEAP, keep_signal_prompts=True)
     train, _ = load_dataset_split(cfg.dataset, cfg.seed)
     kept = [prompt_text(train[i]["prompt"]) for i in (5, 11)]  # two that the first steps would not reach
@@ -66,6 +67,7 @@ def test_a_run_that_keeps_the_scanned_prompts_records_them_and_trains_on_exactly
     run_dir = runs.resolve_run(picked["value"] if isinstance(picked, dict) else picked.value)
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["keep_signal_prompts"] is True and saved["signal_prompts"] == kept
+    assert saved["model"] == str(tiny_model_dir)
     deadline = time.time() + 600
     while runs.read_status(run_dir).get("state") not in ("finished", "failed", "stopped"):
         assert time.time() < deadline, "the run did not end in 10 minutes"
