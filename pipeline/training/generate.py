@@ -93,18 +93,20 @@ class _StopGeneration(Exception):
 def stream_chat(model, tokenizer, messages: list[dict], max_new_tokens: int = 128, temperature: float = 0.7,
                 top_p: float = 0.95, stop: threading.Event | None = None,
                 stats: StreamStats | None = None, repetition_penalty: float = 1.0) -> Iterator[str]:
-    """Yield the reply so far after each new piece of text. Setting `stop` ends generation early."""
+    """Yield the reply so far after each new piece of text. Setting `stop` ends generation early; several replies
+    may share one `stop` (side by side), so one reply ending never sets it: only the caller does."""
     import torch
     from transformers import TextIteratorStreamer
 
     stop = stop or threading.Event()
+    gone = threading.Event()  # this reply's caller went away: ends this generation only
     stats = stats if stats is not None else StreamStats()
 
     class Streamer(TextIteratorStreamer):
         # Stopping from the streamer instead of a StoppingCriteria: generate() calls put() once per token
         # anyway, and a custom criterion measurably slowed small-model decoding on CPU.
         def put(self, value):
-            if stop.is_set():
+            if stop.is_set() or gone.is_set():
                 raise _StopGeneration
             stats.tokens += 1
             super().put(value)
@@ -138,7 +140,7 @@ def stream_chat(model, tokenizer, messages: list[dict], max_new_tokens: int = 12
                 text += piece
                 yield text
     finally:
-        stop.set()  # the caller went away (Stop button, closed page): end generation too
+        gone.set()  # the reply is done, or its caller went away (Stop button, closed page): end generation too
         thread.join(timeout=30)
         stats.seconds = time.perf_counter() - start
     if errors:

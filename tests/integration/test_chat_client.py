@@ -64,3 +64,31 @@ def test_a_broken_model_gets_a_message_and_the_app_keeps_serving(url):
     assert is_error_reply(hist_a[-1]), hist_a[-1]  # the mark survives Gradio's round trip (scoring skips it)
     updates, hist_a, _ = _chat(url, "Name one fruit.")
     assert content_text(hist_a[-1]["content"]).strip() and not content_text(hist_a[-1]["content"]).startswith("⚠️")
+
+
+def test_a_reply_that_ends_first_does_not_cut_the_one_beside_it(bundled_model_dir):
+    """Side by side (Chat) and tuned beside base (RAG), two replies stream with one shared Stop. A short reply
+    ending must not end the long one: the long reply, greedy, is the same whether it streams alone or beside
+    one that ends after 2 tokens."""
+    import threading
+
+    from pipeline.training.generate import ModelCache, stream_chat
+
+    model, tok = ModelCache().get("bundled/SmolLM2-135M-Instruct")
+    messages = [{"role": "user", "content": "Tell me a long story about a dragon."}]
+
+    def reply(max_new_tokens, stop, out, key):
+        for text in stream_chat(model, tok, messages, max_new_tokens=max_new_tokens, temperature=0.0, stop=stop):
+            out[key] = text
+
+    alone: dict = {}
+    reply(32, threading.Event(), alone, "long")
+    shared, out = threading.Event(), {}
+    threads = [threading.Thread(target=reply, args=(n, shared, out, key)) for key, n in (("short", 2), ("long", 32))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(out["short"]) < len(alone["long"])
+    assert out["long"] == alone["long"], out
+    assert not shared.is_set()  # the caller's Stop is the caller's to set
