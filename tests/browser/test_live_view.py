@@ -86,9 +86,7 @@ def x_labels(page, chart: str) -> list[str]:
 
 def y_title(page, chart: str) -> str:
     """The y-axis title a chart shows."""
-    return page.evaluate("""(chart) => [...document.querySelectorAll(
-            chart + ' g[aria-label^="Y-axis"] .role-axis-title text')].map((title) => title.textContent).join('/')""",
-                         chart)
+    return "/".join(page.locator(f'{chart} g[aria-label^="Y-axis"] .role-axis-title text').all_text_contents())
 
 
 def test_the_wide_reward_chart_labels_whole_steps_only_and_keeps_doing_so_as_steps_land(page, app_url,
