@@ -14,7 +14,8 @@ from pipeline import export, runner
 from pipeline.run_folder import run_files, runs
 from pipeline.setup.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.training.generate import (
-    ChatModelError, ModelCache, ModelChoice, chat_choices, error_reply, is_error_reply, run_for_choice, stream_chat,
+    ChatModelError, ModelCache, ModelChoice, chat_choices, empty_reply, error_reply, is_error_reply, run_for_choice,
+    stream_chat,
 )
 from pipeline.rewards import build_rewards, score
 from ui import views, watch
@@ -145,6 +146,11 @@ def make_handlers(cache: ModelCache):
                 yield histories["a"], histories["b"], gr.skip()
         finally:
             stop.set()  # Stop pressed or page closed: end both generations
+        blank = [key for key, _, _ in targets if not content_text(histories[key][-1].get("content")).strip()]
+        for key in blank:  # ended on its own without a word: say so rather than leave an empty bubble
+            histories[key][-1] = empty_reply()
+        if blank:
+            yield histories["a"], histories["b"], gr.skip()
 
     def score_replies(hist_a, hist_b, choice_a, choice_b, side_by_side):
         rows = []

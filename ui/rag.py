@@ -11,7 +11,7 @@ import threading
 import gradio as gr
 
 from pipeline.rewards.grounding import check_answer, check_markdown, marked
-from pipeline.training.generate import (ChatModelError, ModelCache, base_choice, chat_choices,
+from pipeline.training.generate import (EMPTY_REPLY, ChatModelError, ModelCache, base_choice, chat_choices,
                                        generation_error_message)
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
@@ -226,13 +226,15 @@ def make_handlers(store: MovieStore, cache: ModelCache, chunks: PlotChunks | Non
             yield gr.skip(), gr.skip(), view("main"), "", gr.skip(), gr.skip()
             return
         used = films_used(answers["main"], hits)
-        checks = answer_checks(hits, {key: text for key, text in answers.items() if key not in failed},
-                               messages[-1]["content"])
+        said = {key: text for key, text in answers.items() if key not in failed and text.strip()}
+        for key in answers.keys() - failed - said.keys():  # ended without a word: say so, not an empty box
+            shown[key] = f"*{EMPTY_REPLY}*"
+        checks = answer_checks(hits, said, messages[-1]["content"])
         for key, items in checks.items():  # what the films lack, marked in the answer itself
             shown[key] = marked(answers[key], items)
         notes = answer_notes(hits, used, checks)
         yield (results_html(hits, filters, used) + note, gr.skip(), view("main"), notes, gr.skip(),
-               view("base") if "base" in checks else gr.skip())
+               view("base") if base else gr.skip())
 
     return do_search, do_answer
 

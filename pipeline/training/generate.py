@@ -256,6 +256,18 @@ def error_reply(exc: BaseException) -> dict:
     return {"role": "assistant", "content": generation_error_message(exc), "metadata": dict(ERROR_METADATA)}
 
 
+# Said in place of a reply that ended before any visible text (an end-of-text token first, or only whitespace):
+# an empty bubble would look like the app had hung.
+EMPTY_REPLY = ("No reply: the model ended without writing any text. A tuned model that drifted can do this; "
+               "try a checkpoint from earlier in the run, the base model, or a higher temperature.")
+
+
+def empty_reply() -> dict:
+    """The assistant message shown in place of a reply with no text; marked like an error, so scoring and the next
+    turn's context leave it out."""
+    return {"role": "assistant", "content": f"*{EMPTY_REPLY}*", "metadata": dict(ERROR_METADATA)}
+
+
 def is_error_reply(message: dict) -> bool:
     return (message.get("metadata") or {}).get("log") == ERROR_METADATA["log"]
 

@@ -1,6 +1,7 @@
 """Chat through gradio_client: streamed replies, and two sessions at once keep their own histories."""
 
 import concurrent.futures
+import shutil
 
 import pytest
 
@@ -52,9 +53,12 @@ def test_a_broken_model_gets_a_message_and_the_app_keeps_serving(url):
     (run / "merged" / "config.json").write_text('{"model_type": "no-such-architecture"}')
     client = Client(url, verbose=False)
     base = "bundled/SmolLM2-135M-Instruct"
-    client.predict(base, base, api_name="/load_choices")
-    hist_a, _, _ = client.predict("Hello?", [], [], "run:broken-model-run", base, False, "", 8, 0.0, 1.0,
-                                  api_name="/respond")
+    try:
+        client.predict(base, base, api_name="/load_choices")
+        hist_a, _, _ = client.predict("Hello?", [], [], "run:broken-model-run", base, False, "", 8, 0.0, 1.0,
+                                      api_name="/respond")
+    finally:
+        shutil.rmtree(run)  # left in the session's data folder, it would be a later test's default model
     from ui.chat import content_text
 
     reply = content_text(hist_a[-1]["content"])
@@ -92,3 +96,29 @@ def test_a_reply_that_ends_first_does_not_cut_the_one_beside_it(bundled_model_di
     assert len(out["short"]) < len(alone["long"])
     assert out["long"] == alone["long"], out
     assert not shared.is_set()  # the caller's Stop is the caller's to set
+
+
+def test_a_reply_with_no_text_says_so_and_stays_out_of_the_next_turn(url, tiny_model_dir):
+    """A model that ends without a word (the two-layer random one, greedy, writes only newlines) gets a notice in
+    its bubble instead of an empty one, marked so that scoring and the next turn's context leave it out. The reply
+    beside it is the model's own."""
+    from gradio_client import Client
+
+    from pipeline.training.generate import EMPTY_REPLY, is_error_reply
+    from ui.chat import _messages, content_text
+
+    from .helpers import evaluable_run
+
+    run_dir = evaluable_run("empty-reply", tiny_model_dir)
+    base = "bundled/SmolLM2-135M-Instruct"
+    try:
+        client = Client(url, verbose=False)
+        client.predict(base, base, api_name="/load_choices")  # the new run is among the choices
+        hist_a, hist_b, _ = client.predict("Hello?", [], [], f"run:{run_dir.name}", base, True, "", 8, 0.0, 1.0,
+                                           api_name="/respond")
+    finally:
+        shutil.rmtree(run_dir)  # a finished run would be every later test's default model
+    assert EMPTY_REPLY in content_text(hist_a[-1]["content"]) and is_error_reply(hist_a[-1]), hist_a[-1]
+    assert [m["role"] for m in _messages(hist_a, "")] == ["user"]  # the notice is not sent back as context
+    beside = content_text(hist_b[-1]["content"])
+    assert beside.strip() and EMPTY_REPLY not in beside and not is_error_reply(hist_b[-1]), hist_b[-1]

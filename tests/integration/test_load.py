@@ -2,6 +2,7 @@
 answers 'busy' at once, and RAG searches while an ingest writes to the same table."""
 
 import concurrent.futures
+import shutil
 import sys
 import threading
 import time
@@ -33,6 +34,9 @@ def test_twenty_concurrent_chats_each_keep_their_own_conversation(tiny_model_dir
                            temperature=1.0)
     finally:
         demo.close()
+        # Left in the session's data folder, this finished run would be every later test's default model: the
+        # RAG browser test's answer would come from random weights.
+        shutil.rmtree(run_dir)
     assert len(results) == 20
     assert all(r["own_history"] for r in results), [(r["session"], r["problems"]) for r in results if r["problems"]]
     assert all(r["completed"] for r in results), [(r["session"], r["problems"]) for r in results if r["problems"]]

@@ -147,6 +147,29 @@ def test_answer_streams_from_the_bundled_model(store, bundled_model_dir):
     assert all(1 <= n <= 3 for n in films_used(pieces[-1], hits))
 
 
+def test_an_answer_with_no_text_says_so_beside_the_base_models(store, tiny_model_dir):
+    """The RAG tab's tuned-vs-base answers: a tuned model that ends without a word (the two-layer random one,
+    greedy) gets a notice in its column instead of an empty box; the base model beside it answers as usual."""
+    import shutil
+
+    from pipeline.training.generate import EMPTY_REPLY, ModelCache
+    from ui import rag as rag_ui
+
+    from .helpers import evaluable_run
+
+    run_dir = evaluable_run("empty-answer", tiny_model_dir)
+    try:
+        _, do_answer = rag_ui.make_handlers(store, ModelCache())
+        steps = list(do_answer("a detective solves a murder", 0, 0, [], 3, "vector", f"run:{run_dir.name}", True,
+                               8, 0.0, 1.0))
+    finally:
+        shutil.rmtree(run_dir)  # a finished run would be every later test's default model
+    _, _, tuned, notes, _, base = steps[-1]
+    assert tuned.startswith("**Tuned:") and EMPTY_REPLY in tuned, tuned
+    assert base.startswith("**Base:") and EMPTY_REPLY not in base and len(base.split()) > 3, base
+    assert "Checked against" not in notes.split("Base:")[0], notes  # an empty answer has nothing to check
+
+
 # ---- search modes, and LanceDB's scoring-column warning ------------------------------------------------
 
 @pytest.fixture(scope="module")
