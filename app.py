@@ -17,6 +17,13 @@ def tab_builders() -> list:
     return [train.build, reward_bench.build, chat.build, rag.build]
 
 
+def page_css() -> str:
+    """The page's style: assets/studio.css, and what each empty chart says (written from the charts' titles)."""
+    from ui.charts import empty_chart_css
+
+    return (ROOT / "assets" / "studio.css").read_text() + "\n" + empty_chart_css()
+
+
 QUEUE_SIZE = 64  # requests that may wait; more get a "busy" answer at once (--queue-size)
 
 
@@ -161,7 +168,7 @@ def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
     data = data_dir()
     blocked = [str(data / name) for name in ("runs", "uploads", "models", "lancedb", "cache")]
     _, url, _ = demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth or None,
-                            max_file_size=f"{args.max_upload_mb}mb", css=(ROOT / "assets" / "studio.css").read_text(),
+                            max_file_size=f"{args.max_upload_mb}mb", css=page_css(),
                             show_error=False, allowed_paths=[str(data / "exports")],
                             blocked_paths=blocked, prevent_thread_lock=prevent_thread_lock,
                             quiet=prevent_thread_lock)

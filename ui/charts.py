@@ -7,6 +7,10 @@ import math
 
 import pandas as pd
 
+# The Train tab's two wide charts, and the Runs panel's overlay.
+REWARD_TITLE = "Train reward: total and per function (mean)"
+PROBE_TITLE = "Held-out reward (probe prompts, greedy)"
+COMPARE_TITLE = "Total reward by run"
 # chart name -> (title, list of (series label, metrics key)); the Train tab lays them out two a row, in order.
 CHARTS = {
     "reward_std": ("Reward std (across the batch)", [("reward std", "reward_std")]),
@@ -24,6 +28,44 @@ CHART_Y_LIMITS = {"frac_reward_zero_std": [0, 1]}
 CHART_Y_TITLES = {"reward": "reward", "probe": "reward", "compare": "total reward", "reward_std": "std",
                   "frac_reward_zero_std": "share", "kl": "KL", "entropy": "nats per token",
                   "completion_length": "tokens", "loss": "loss"}
+# What an empty chart says under its icon, before its first point (or in a run that logged none): its title, then
+# when it fills. By element id; the app's page style writes them in (empty_chart_css).
+FIRST_STEP = "Drawn from the first step on."
+EMPTY_CHART_NOTES = {
+    "reward-plot": (REWARD_TITLE, FIRST_STEP),
+    "probe-plot": (PROBE_TITLE, "Its first point is the base model, answered before step 1. Stays empty when "
+                                "probes are off."),
+    **{f"plot-{key}": (title, FIRST_STEP) for key, (title, _) in CHARTS.items()},
+    "plot-kl": (CHARTS["kl"][0], FIRST_STEP + " Not logged when beta is 0."),
+    "compare-plot": (COMPARE_TITLE, "The runs ticked have no step logged yet."),
+}
+
+
+def css_text(text: str) -> str:
+    r"""A CSS string literal: quotes and backslashes escaped, a line break written as CSS's "\A".
+
+    >>> print(css_text('Say "hi"\\there\nnext'))
+    "Say \"hi\"\\there\A next"
+    """
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\A ")
+    return f'"{escaped}"'
+
+
+def empty_chart_css(notes: dict[str, tuple[str, str]] = EMPTY_CHART_NOTES) -> str:
+    r"""Page style that writes each chart's title, and when it fills, under its empty box's icon: eight blank boxes
+    before the first step otherwise give no hint of what each will show.
+
+    >>> print(empty_chart_css({"plot-kl": ("KL", "Soon.")}).splitlines()[-1])
+    #plot-kl .empty::after { content: "KL\A Soon."; }
+    """
+    rules = [".gs-steps .empty { flex-direction: column; }",
+             ".gs-steps .empty::after { display: block; margin-top: 10px; max-width: 90%; text-align: center; "
+             "white-space: pre-line; font-size: var(--text-sm); color: #6b7280; }"]
+    rules += [f"#{elem_id} .empty::after {{ content: {css_text(title + chr(10) + when)}; }}"
+              for elem_id, (title, when) in notes.items()]
+    return "\n".join(rules)
+
+
 # Axis labels as short as their value allows (d3's "~r"): a chart with one point labels it "36.5025", not
 # "36.502480", and whole steps read "1", "2", not "1.0", "2.0". Every line plot of the app takes these; the class
 # lets STEP_TICKS_JS find them.

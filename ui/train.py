@@ -125,11 +125,11 @@ def build(ctx: TabContext) -> Tab:
                 steer = steer_panel.build()  # the run on screen's weights, temperature, learning rate and beta
                 # Full width each: their legends list every reward and each steering change in one row.
                 reward_plot = gr.LinePlot(None, x="step", y="value", color="series",
-                                          title="Train reward: total and per function (mean)", height=260,
+                                          title=charts.REWARD_TITLE, height=260,
                                           y_title=charts.CHART_Y_TITLES["reward"],
                                           elem_id="reward-plot", **charts.STEP_CHART)
                 probe_plot = gr.LinePlot(None, x="step", y="value", color="series",
-                                         title="Held-out reward (probe prompts, greedy)", height=260,
+                                         title=charts.PROBE_TITLE, height=260,
                                          y_title=charts.CHART_Y_TITLES["probe"],
                                          elem_id="probe-plot", **charts.STEP_CHART)
                 plots = {}
@@ -166,7 +166,7 @@ def build(ctx: TabContext) -> Tab:
                     compare = gr.CheckboxGroup(label="Overlay reward curves", choices=[], elem_id="compare",
                                                info="Tick two or more runs to draw their total reward on one chart.")
                     compare_plot = gr.LinePlot(None, x="step", y="value", color="series", visible=False,
-                                               title="Total reward by run", height=240, elem_id="compare-plot",
+                                               title=charts.COMPARE_TITLE, height=240, elem_id="compare-plot",
                                                y_title=charts.CHART_Y_TITLES["compare"],
                                                **charts.STEP_CHART)
                 with gr.Column():

@@ -11,6 +11,8 @@ from playwright.sync_api import expect
 from pipeline.run_folder import runs
 from pipeline.setup.config import RunConfig
 
+from .conftest import ARTIFACTS
+
 pytestmark = [pytest.mark.browser]
 
 
@@ -109,3 +111,27 @@ def test_the_wide_reward_chart_labels_whole_steps_only_and_keeps_doing_so_as_ste
     expect(page.locator("#progress .gs-progress")).to_have_attribute("data-step", "11", timeout=10_000)
     page.wait_for_timeout(1_000)  # the redrawn chart
     assert x_labels(page, "#reward-plot") == whole
+
+
+@pytest.fixture
+def stepless_run(studio_data):
+    yield from running_run("stepless", max_steps=11, steps=0)
+
+
+def test_empty_charts_say_what_they_will_show_until_the_first_step(page, app_url, stepless_run):
+    """Before the first step, each chart's box says which chart it is and when it fills (not a bare icon); the
+    first metrics line replaces that with the chart."""
+    page.goto(app_url)
+    expect(page.locator("#run-select input")).to_have_value(stepless_run.name)
+    expect(page.locator("#progress .gs-progress")).to_have_attribute("data-step", "0", timeout=30_000)
+
+    def note(chart: str) -> str:
+        return page.locator(f"#{chart} .empty").evaluate("e => getComputedStyle(e, '::after').content")
+
+    assert "Train reward: total and per function" in note("reward-plot")
+    assert "KL to reference" in note("plot-kl") and "Not logged when beta is 0." in note("plot-kl")
+    assert "base model" in note("probe-plot")
+    page.locator("#reward-plot").screenshot(path=str(ARTIFACTS / "train-empty-chart.png"))
+    runs.append_jsonl(stepless_run / "metrics.jsonl", metrics_line(1))
+    expect(page.locator("#reward-plot")).to_contain_text("total (weighted)", timeout=10_000)
+    expect(page.locator("#plot-kl .empty")).to_have_count(0)
