@@ -41,6 +41,12 @@ def parse_raw(text: str) -> list[float]:
         raise ConfigError("Raw rewards must be numbers separated by commas, e.g. 1,1,1,1,0,0,0,0.") from None
 
 
+# What the result side says before the first group is scored.
+BENCH_EMPTY = ("<div class='gs-empty'>Press <b>Score the group</b>: each completion's advantage, weighted total and "
+               "per-reward scores appear here, one row each, with the group's mean and std above them. Or type raw "
+               "rewards (e.g. 1,1,1,1,0,0,0,0) to see the advantage arithmetic alone.</div>")
+
+
 def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw: str, scale: bool,
                      allow_custom: bool = False):
     try:
@@ -72,7 +78,7 @@ def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw:
         adv = group_advantages(result["total"], scale=scale)
         return views.bench_table(result["per_reward"], result["total"], adv), views.bench_summary(result["total"])
     except Exception as exc:  # noqa: BLE001 - a debugging tool: show the reason plainly
-        return None, f"❌ {exc}"
+        return views.bench_table({}, [], []), f"❌ {exc}"  # the headers stay; no earlier group's rows beside it
 
 
 def make_sampler(cache: ModelCache):
@@ -125,8 +131,9 @@ def build(ctx: TabContext) -> Tab:
                 scale = gr.Checkbox(value=True, label="Divide by group std (GRPO); off = mean-centred only")
                 score_btn = gr.Button("Score the group", variant="primary", elem_id="bench-score")
             with gr.Column():
-                summary = gr.Markdown(elem_id="bench-summary")
-                table = gr.Dataframe(label="Scores and advantages", interactive=False, elem_id="bench-table")
+                summary = gr.Markdown(BENCH_EMPTY, elem_id="bench-summary")
+                table = gr.Dataframe(views.bench_table({}, [], []), label="Scores and advantages", interactive=False,
+                                     elem_id="bench-table")
         def score_with_flag(rewards_df, prompt_text, candidate_text, answer_text, raw_text, scale_on):
             return score_candidates(rewards_df, prompt_text, candidate_text, answer_text, raw_text, scale_on,
                                     allow_custom=allow_custom)
