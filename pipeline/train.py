@@ -390,7 +390,9 @@ def failure(run_dir: Path, exc: BaseException) -> str:
     may be waiting for this rank in a collective and never get to say why."""
     from pipeline.models.loading import ModelError, is_out_of_memory, out_of_memory_message
 
-    if isinstance(exc, (ConfigError, DatasetError, RewardFunctionError)):  # said in words: no traceback needed
+    # Said in words, with nothing under them a traceback would add (a model error is raised from None: its cause is
+    # in its message). Out of memory while loading is not: it is named as such below.
+    if isinstance(exc, (ConfigError, DatasetError, RewardFunctionError, ModelError)) and not is_out_of_memory(exc):
         message = str(exc)
         log.error("Run failed: %s", message)
         return _ranked(message)

@@ -55,6 +55,21 @@ def test_raising_reward_fails_the_run_with_its_name_and_sample(tiny_model_dir):
     assert "Reward 'custom_python' raised ValueError: cannot score this on completion #0" in st["error"]
 
 
+def test_a_model_that_cannot_load_fails_the_run_in_words_without_a_traceback():
+    """A folder with no config.json: the run fails with the reason, and the log says it in the same words; a
+    traceback of the app's own loading code would bury them (the Train tab shows the log's tail)."""
+    folder = runs.data_dir() / "models" / "not-a-model"  # under the data folder: a folder a run may name
+    folder.mkdir(parents=True, exist_ok=True)
+    run_dir = make_run("nomodel", model=str(folder))
+    proc = run(run_dir)
+    folder.rmdir()
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    st = status(run_dir)
+    assert st["state"] == "failed" and st["error"] == (
+        f"The folder '{folder}' has no config.json, so it is not a transformers model."), st
+    log_text = (run_dir / "train.log").read_text()
+    assert f"Run failed: {st['error']}" in log_text and "Traceback" not in log_text, log_text[-3000:]
+
 def test_skip_policy_keeps_training_and_records_warnings(tiny_model_dir):
     code = ("def reward(completions, **kwargs):\n"
             "    return [float('nan') if i == 0 else 1.0 for i, _ in enumerate(completions)]\n")
