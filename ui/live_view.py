@@ -31,7 +31,7 @@ def snap_config(snap: runs.Snapshot) -> RunConfig | None:
 # The live view's parts (pipeline/run_folder/live.py stamps each one) and the outputs each part redraws, by name. Their
 # order is the order the API returns the outputs in.
 PART_OUTPUTS = {
-    "progress": ("progress",),
+    "progress": ("progress", "stop_btn"),
     "charts": ("health", "reward_plot", *(f"plot_{key}" for key in charts.CHARTS), "plot_colors"),
     "probes": ("probe_plot", "probes", "probe_pick", "plot_colors"),
     "jobs": ("eval_box",),
@@ -66,6 +66,12 @@ def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None 
     return out
 
 
+def stop_button(state: str | None) -> gr.Button:
+    """Stop, usable while the shown run is queued or training; greyed for a run that has ended, or when none is
+    shown."""
+    return gr.Button(interactive=state in runs.ACTIVE_STATES)
+
+
 def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pick="latest",
                    token_mode: str = token_views.TEXT) -> dict[str, Any]:
     """The named parts of the shown run's view, read from one snapshot of its folder; for no run, a run that is
@@ -82,7 +88,7 @@ def shown_run_view(run_name: str | None, parts: set[str], group_step=0, probe_pi
     head = (views.refused_run_html(refused) if refused else views.gone_html(run_name) if run_name
             else views.progress_html(None, {}, [], None))
     empty = {
-        "progress": {"progress": head},
+        "progress": {"progress": head, "stop_btn": stop_button(None)},
         "charts": {"health": "", "reward_plot": None, **{f"plot_{key}": None for key in charts.CHARTS},
                    "plot_colors": {}},
         "groups": groups_view([], 0),
@@ -106,6 +112,7 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
     if "progress" in parts:
         out["progress"] = (views.progress_html(run_name, snap.status, snap.metrics, max_steps, snap.problems)
                            + steer_view.changes_html(steered))
+        out["stop_btn"] = stop_button(snap.state)
     if "charts" in parts:
         metrics = snap.metrics
         lim = charts.step_axis(max_steps, [m["step"] for m in metrics])

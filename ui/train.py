@@ -194,7 +194,7 @@ def build(ctx: TabContext) -> Tab:
         live_refresh = gr.Button("Refresh the live view", elem_id="live-refresh", elem_classes=["gs-hidden"])
         moved_parts = gr.Textbox(ALL_PARTS, label="Live view parts to redraw", elem_classes=["gs-hidden"])
         # The live view's outputs by name (PART_OUTPUTS), in the order the API returns them.
-        shown = {"progress": progress_box, "health": health, "reward_plot": reward_plot, **plots, "groups": groups,
+        shown = {"progress": progress_box, "stop_btn": stop_btn, "health": health, "reward_plot": reward_plot, **plots, "groups": groups,
                  "group_step": group_step, "log": log, "probe_plot": probe_plot, "probes": probes_panel,
                  "probe_pick": probe_pick, "eval_box": eval_box, "runs_table": table,
                  "plot_colors": gr.State({})}  # the redrawn plots' colours, sent after their data (plot_colors)

@@ -135,3 +135,13 @@ def test_empty_charts_say_what_they_will_show_until_the_first_step(page, app_url
     runs.append_jsonl(stepless_run / "metrics.jsonl", metrics_line(1))
     expect(page.locator("#reward-plot")).to_contain_text("total (weighted)", timeout=10_000)
     expect(page.locator("#plot-kl .empty")).to_have_count(0)
+
+
+def test_stop_is_usable_only_while_the_shown_run_trains(page, app_url, stepless_run):
+    page.goto(app_url)
+    expect(page.locator("#run-select input")).to_have_value(stepless_run.name)
+    expect(page.locator("#progress [data-state=running]")).to_be_visible(timeout=30_000)
+    expect(page.locator("#stop-btn")).to_be_enabled()
+    runs.write_status(stepless_run, "finished")  # it ends: the header says so and Stop greys out
+    expect(page.locator("#progress [data-state=finished]")).to_be_visible(timeout=10_000)
+    expect(page.locator("#stop-btn")).to_be_disabled()
