@@ -10,7 +10,7 @@ import pandas as pd
 # The Train tab's two wide charts, and the Runs panel's overlay.
 REWARD_TITLE = "Train reward: total and per function (mean)"
 PROBE_TITLE = "Held-out reward (probe prompts, greedy)"
-COMPARE_TITLE = "Total reward by run"
+COMPARE_TITLE = "Train reward by run"
 # chart name -> (title, list of (series label, metrics key)); the Train tab lays them out two a row, in order.
 CHARTS = {
     "reward_std": ("Reward std (across the batch)", [("reward std", "reward_std")]),
@@ -37,7 +37,7 @@ EMPTY_CHART_NOTES = {
                                 "probes are off."),
     **{f"plot-{key}": (title, FIRST_STEP) for key, (title, _) in CHARTS.items()},
     "plot-kl": (CHARTS["kl"][0], FIRST_STEP + " Not logged when beta is 0."),
-    "compare-plot": (COMPARE_TITLE, "The runs ticked have no step logged yet."),
+    "compare-plot": ("Runs overlay", "The runs ticked have nothing logged for this curve yet."),
 }
 
 
@@ -160,9 +160,25 @@ def metric_frame(rows: list[dict], chart: str) -> pd.DataFrame:
     return _frame(data)
 
 
-def compare_frame(runs_rows: dict[str, list[dict]]) -> pd.DataFrame:
-    """Total reward of several runs on one chart."""
-    data = [(r["step"], r["reward"], name) for name, rows in runs_rows.items() for r in rows if _finite(r.get("reward"))]
+# The curves the Runs panel can overlay: label -> (the run file's rows it reads, their key, the y-axis title).
+# "evals" are the held-out probes (step 0 is the base model): the curve that says whether a run generalised.
+COMPARE_CURVES = {
+    "Train reward": ("metrics", "reward", "total reward"),
+    "Held-out reward": ("evals", "reward", "held-out total reward"),
+    "KL": ("metrics", "kl", "KL"),
+    "Completion length": ("metrics", "completion_length", "tokens"),
+    "Token entropy": ("metrics", "entropy", "nats per token"),
+}
+DEFAULT_COMPARE = "Train reward"
+
+
+def compare_frame(runs_rows: dict[str, list[dict]], key: str = "reward") -> pd.DataFrame:
+    """One value (`key`) of several runs on one chart, a series per run.
+
+    >>> compare_frame({"a": [{"step": 1, "kl": 0.1}, {"step": 2}], "b": [{"step": 1, "kl": 0.3}]}, "kl").values.tolist()
+    [[1, 0.1, 'a'], [1, 0.3, 'b']]
+    """
+    data = [(r["step"], r[key], name) for name, rows in runs_rows.items() for r in rows if _finite(r.get(key))]
     return _frame(data)
 
 

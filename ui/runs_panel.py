@@ -68,11 +68,34 @@ def refresh_runs(current: str | None) -> tuple[gr.Dropdown, Any, gr.CheckboxGrou
             gr.Dropdown(choices=names, value=value))
 
 
-def compare_runs(selected: list[str]):
-    """The overlay of the ticked runs' total reward; hidden while no run is ticked."""
-    metrics = {name: runs.read_metrics(p) for name in selected or [] if (p := run_path(name))}
-    steps = [r["step"] for rows in metrics.values() for r in rows]
-    return plot(charts.compare_frame(metrics), charts.step_axis(None, steps), visible=bool(metrics))
+def overlay_curve(curve: str | None) -> str:
+    """The curve picked, or the default for a name that is not one (charts.COMPARE_CURVES)."""
+    return curve if curve in charts.COMPARE_CURVES else charts.DEFAULT_COMPARE
+
+
+def overlay_labels(curve: str | None) -> Any:
+    """The overlay's first event: its title and y-axis title for `curve`. Sent on their own, before the data: a
+    plot whose title changes in the same update as its data is drawn again with its old data."""
+    curve = overlay_curve(curve)
+    return gr.LinePlot(title=f"{curve} by run", y_title=charts.COMPARE_CURVES[curve][2])
+
+
+def compare_runs(selected: list[str], curve: str | None = charts.DEFAULT_COMPARE) -> tuple[Any, dict]:
+    """The overlay's data: the ticked runs' `curve` (charts.COMPARE_CURVES: train or held-out reward, KL, ...),
+    hidden while no run is ticked; and a colour per run, for overlay_colors to send after the data (a plot drawn
+    again with a new series keeps its first legend, and leaves the new line out, until its colour map changes)."""
+    source, key, _ = charts.COMPARE_CURVES[overlay_curve(curve)]
+    read = runs.read_evals if source == "evals" else runs.read_metrics
+    rows = {name: read(p) for name in selected or [] if (p := run_path(name))}
+    steps = [r["step"] for run_rows in rows.values() for r in run_rows]
+    frame = charts.compare_frame(rows, key)
+    return (gr.LinePlot(frame, x_lim=charts.step_axis(None, steps), visible=bool(rows)),
+            charts.series_colors(frame) or {})
+
+
+def overlay_colors(colors: dict | None) -> Any:
+    """The overlay's last event: its colour per run, after the data (see compare_runs)."""
+    return gr.LinePlot(color_map=colors or None)
 
 
 def stop_training(run_name: str | None, operators=(), request: gr.Request = None):

@@ -21,8 +21,8 @@ from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, reward_rows
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
 from ui.runs_panel import (
-    compare_runs, delete_run, eval_view, evaluate_run, refresh_runs, resume_training, runs_table, stop_evaluation,
-    stop_push, stop_training,
+    compare_runs, delete_run, eval_view, evaluate_run, overlay_colors, overlay_labels, refresh_runs, resume_training,
+    runs_table, stop_evaluation, stop_push, stop_training,
 )
 from ui.train_form import (
     CLOSE_SETTINGS_JS, UPLOAD_TYPES, fill_preset, hyper_component, make_scanner, preview_dataset, reward_docs,
@@ -163,8 +163,13 @@ def build(ctx: TabContext) -> Tab:
             table = gr.Dataframe(runs_table(), interactive=False, label="All runs", elem_id="runs-table")
             with gr.Row():
                 with gr.Column():
-                    compare = gr.CheckboxGroup(label="Overlay reward curves", choices=[], elem_id="compare",
-                                               info="Tick two or more runs to draw their total reward on one chart.")
+                    compare = gr.CheckboxGroup(label="Overlay runs", choices=[], elem_id="compare",
+                                               info="Tick two or more runs to draw one of their curves on one "
+                                                    "chart.")
+                    compare_curve = gr.Radio(list(charts.COMPARE_CURVES), value=charts.DEFAULT_COMPARE,
+                                             label="Curve", elem_id="compare-curve",
+                                             info="Held-out reward is the probe prompts' (never trained on; step "
+                                                  "0 is the base model): whether a run's gain carries over.")
                     compare_plot = gr.LinePlot(None, x="step", y="value", color="series", visible=False,
                                                title=charts.COMPARE_TITLE, height=240, elem_id="compare-plot",
                                                y_title=charts.CHART_Y_TITLES["compare"],
@@ -194,7 +199,8 @@ def build(ctx: TabContext) -> Tab:
         live_refresh = gr.Button("Refresh the live view", elem_id="live-refresh", elem_classes=["gs-hidden"])
         moved_parts = gr.Textbox(ALL_PARTS, label="Live view parts to redraw", elem_classes=["gs-hidden"])
         # The live view's outputs by name (PART_OUTPUTS), in the order the API returns them.
-        shown = {"progress": progress_box, "stop_btn": stop_btn, "health": health, "reward_plot": reward_plot, **plots, "groups": groups,
+        shown = {"progress": progress_box, "stop_btn": stop_btn, "health": health, "reward_plot": reward_plot, **plots,
+                 "groups": groups,
                  "group_step": group_step, "log": log, "probe_plot": probe_plot, "probes": probes_panel,
                  "probe_pick": probe_pick, "eval_box": eval_box, "runs_table": table,
                  "plot_colors": gr.State({})}  # the redrawn plots' colours, sent after their data (plot_colors)
@@ -228,7 +234,13 @@ def build(ctx: TabContext) -> Tab:
         probe_pick.input(picked_probes, [run_select, probe_pick], probes_panel, show_progress="hidden")
         run_select.change(lambda: "latest", None, probe_pick)
         refresh_btn.click(refresh_runs, run_select, [run_select, table, compare, action_run])
-        compare.change(compare_runs, compare, compare_plot)
+        # The overlay in three events: its titles, its data, then its colour per run (see compare_runs).
+        overlay_map = gr.State({})
+        for changed in (compare.change, compare_curve.change):
+            changed(overlay_labels, compare_curve, compare_plot, trigger_mode="always_last", show_progress="hidden",
+                    api_visibility="private").then(
+                compare_runs, [compare, compare_curve], [compare_plot, overlay_map], api_visibility="private").then(
+                overlay_colors, overlay_map, compare_plot, show_progress="hidden", api_visibility="private")
         resume_btn.click(resume_training, [action_run, allow, ops], [run_select, action_msg]).then(
             refresh_runs, run_select, [run_select, table, compare, action_run])
         # The evaluation is a runner job: the click returns at once; its files' changes show its progress and result.

@@ -134,7 +134,7 @@ def test_the_evaluation_renders_from_its_files_in_views():
 
 def test_the_runs_overlay_shows_only_once_a_run_is_ticked():
     from pipeline.run_folder import runs
-    from ui.runs_panel import compare_runs
+    from ui.runs_panel import compare_runs, overlay_labels
 
     from pipeline.setup.config import RunConfig
 
@@ -142,6 +142,16 @@ def test_the_runs_overlay_shows_only_once_a_run_is_ticked():
     runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
     for step, reward in ((1, 0.5), (2, 0.9)):
         runs.append_jsonl(run_dir / "metrics.jsonl", {"step": step, "reward": reward})
-    assert compare_runs([]).constructor_args["visible"] is False  # nothing ticked: no empty chart
-    shown = compare_runs([run_dir.name]).constructor_args
+    assert compare_runs([])[0].constructor_args["visible"] is False  # nothing ticked: no empty chart
+    shown = compare_runs([run_dir.name])[0].constructor_args
     assert shown["visible"] is True and set(shown["value"]["series"]) == {run_dir.name}
+    assert list(shown["value"]["value"]) == [0.5, 0.9]
+    assert list(compare_runs([run_dir.name])[1]) == [run_dir.name]  # a colour per run, for the legend
+    # The held-out curve reads the run's probes (step 0: the base model), under its own titles.
+    for step, reward in ((0, 0.2), (2, 0.6)):
+        runs.append_jsonl(run_dir / "evals.jsonl", {"step": step, "reward": reward})
+    held_out = compare_runs([run_dir.name], "Held-out reward")[0].constructor_args
+    assert list(held_out["value"]["step"]) == [0, 2] and list(held_out["value"]["value"]) == [0.2, 0.6]
+    labels = overlay_labels("Held-out reward").constructor_args
+    assert (labels["title"], labels["y_title"]) == ("Held-out reward by run", "held-out total reward")
+    assert overlay_labels("no such curve").constructor_args["title"] == "Train reward by run"

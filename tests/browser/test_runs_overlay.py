@@ -1,0 +1,50 @@
+"""The Runs panel's overlay: ticked runs drawn on one chart, for the curve picked (train reward, held-out reward,
+KL, ...)."""
+
+import pytest
+from playwright.sync_api import expect
+
+from pipeline.run_folder import runs
+from pipeline.setup.config import RunConfig
+
+from .conftest import ARTIFACTS
+
+pytestmark = [pytest.mark.browser]
+
+
+@pytest.fixture
+def two_runs(studio_data):
+    """Two finished runs with train metrics and held-out probes (step 0 is the base model's)."""
+    made = []
+    for label, gain in (("overlay-a", 1.0), ("overlay-b", 3.0)):
+        run_dir = runs.new_run_dir(label)
+        runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=4).to_dict())
+        for step in range(1, 5):
+            runs.append_jsonl(run_dir / "metrics.jsonl", {"step": step, "reward": gain * step, "kl": 0.01 * step})
+        for step in (0, 2, 4):
+            runs.append_jsonl(run_dir / "evals.jsonl", {"step": step, "reward": 10 + gain * step})
+        runs.write_status(run_dir, "finished", started_at=1.0, ended_at=2.0)
+        made.append(run_dir)
+    yield made
+    import shutil
+
+    for run_dir in made:  # a finished run left behind would be a later test's default model
+        shutil.rmtree(run_dir)
+
+
+def test_ticked_runs_overlay_the_curve_picked(page, app_url, two_runs):
+    page.goto(app_url)
+    overlay = page.locator("#compare-plot")
+    # One run, drawn; then a second joins the chart already drawn (its line and legend entry too).
+    for run_dir in two_runs:
+        page.locator("#compare").get_by_label(run_dir.name).check()
+        expect(overlay).to_contain_text(run_dir.name, timeout=30_000)
+    expect(overlay).to_contain_text("Train reward by run")
+    expect(overlay).to_contain_text(two_runs[0].name)
+    page.locator("#compare-curve").get_by_text("Held-out reward", exact=True).click()
+    expect(overlay).to_contain_text("Held-out reward by run", timeout=30_000)
+    expect(overlay).to_contain_text("held-out total reward")  # the y axis says what is drawn
+    # ...and the data is the probes': run b's held-out total reaches 10 + 3 x 4 = 22 (its train reward 12), so the
+    # y axis is relabelled up to 20 and more.
+    expect(overlay.locator('g[aria-label^="Y-axis"]')).to_contain_text("20", timeout=10_000)
+    overlay.screenshot(path=str(ARTIFACTS / "runs-overlay-held-out.png"))
