@@ -190,6 +190,20 @@ def make_handlers(cache: ModelCache):
 # ---- export ------------------------------------------------------------------------------------
 
 
+# The Export panel before anything is zipped.
+EXPORT_EMPTY = ("<div class='gs-empty'>Pick a tuned run or checkpoint as <b>Model A</b> above, then zip it: its merged "
+                "model (loads with transformers alone) and its LoRA adapter (small; loads on top of the base model "
+                "with peft) appear here as downloads, with the code that loads them. <b>Push to hub</b> uploads the "
+                "same two folders to a Hub repo of yours; it needs a network and a write token, which is used for "
+                "that push only.</div>")
+
+
+def exported_views(files) -> tuple:
+    """The downloads and the loading code show once there is something to download, and hide again after an
+    export that failed."""
+    return gr.File(visible=bool(files)), gr.Code(visible=bool(files))
+
+
 def export_run(choice: str, operators=(), request: gr.Request = None, progress=gr.Progress()):
     """Zip the merged model and the adapter under <data>/exports and show how to load them."""
     try:
@@ -285,9 +299,12 @@ def build(ctx: TabContext) -> Tab:
         with gr.Accordion("Export a run", open=False):
             with gr.Row():
                 export_btn = gr.Button("Zip merged model + adapter of model A")
-            export_files = gr.File(label="Downloads", file_count="multiple", interactive=False)
-            export_msg = gr.Markdown()
-            snippet = gr.Code(label="Load it with transformers", language="python")
+            export_msg = gr.Markdown(EXPORT_EMPTY, elem_id="chat-export-msg")
+            # Shown once a run is zipped: its two zips, and the code that loads them.
+            export_files = gr.File(label="Downloads", file_count="multiple", interactive=False, visible=False,
+                                   elem_id="chat-export-files")
+            snippet = gr.Code(label="Load it with transformers", language="python", visible=False,
+                              elem_id="chat-export-code")
             with gr.Row():
                 repo = gr.Textbox(label="Hub repo id", placeholder="your-name/my-grpo-model")
                 token = gr.Textbox(label="Hub token", type="password")
@@ -314,7 +331,8 @@ def build(ctx: TabContext) -> Tab:
                         [choice_b, chat_b])
     refresh.click(load_choices, [choice_a, choice_b, offered_a], [choice_a, choice_b, offered_a])
     score_btn.click(score_replies, [chat_a, chat_b, choice_a, choice_b, side_by_side], scores)
-    export_btn.click(export_run, [choice_a, ops], [export_files, export_msg, snippet], api_name="export_run")
+    export_btn.click(export_run, [choice_a, ops], [export_files, export_msg, snippet], api_name="export_run").then(
+        exported_views, export_files, [export_files, snippet], show_progress="hidden", api_visibility="private")
     # Private: Gradio keeps a public event's inputs in the browser's run history (localStorage), and these carry
     # the Hub token. A private event is kept out of it (and out of the API); the page still calls it.
     push.click(push_to_hub, [choice_a, repo, token, ops], push_msg, api_visibility="private")

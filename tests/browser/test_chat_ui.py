@@ -50,6 +50,10 @@ def test_stream_side_by_side_and_score(page, app_url):
     # Push to the Hub with a token: Gradio keeps the inputs of a public event in its run history, in the
     # browser's localStorage; the push is a private event, so the token is never stored.
     page.get_by_text("Export a run").click()
+    # Before an export: what it makes, and no empty download or code boxes.
+    expect(page.locator("#chat-export-msg")).to_contain_text("Pick a tuned run or checkpoint as Model A")
+    expect(page.locator("#chat-export-files")).to_be_hidden()
+    expect(page.locator("#chat-export-code")).to_be_hidden()
     page.get_by_label("Hub repo id").fill("someone/studio-test")
     page.get_by_label("Hub token").fill(FAKE_TOKEN)
     page.get_by_role("button", name="Push to hub").click()

@@ -89,7 +89,7 @@ def test_chatbot_content_formats():
 def test_export_zips_merged_and_adapter_and_push_fails_clearly_offline(monkeypatch):
     import zipfile
 
-    from ui.chat import export_run, push_to_hub
+    from ui.chat import export_run, exported_views, push_to_hub
 
     run_dir = _run("zz-export", merged=True, state="finished")
     (run_dir / "adapter").mkdir()
@@ -99,6 +99,10 @@ def test_export_zips_merged_and_adapter_and_push_fails_clearly_offline(monkeypat
     names = [zipfile.ZipFile(f).namelist() for f in files]
     assert "config.json" in names[0] and "adapter_config.json" in names[1]
     assert all(str(runs.data_dir()) in f for f in files)
+    # The downloads and the loading code show after an export, and hide after one that failed (no files).
+    assert [v.constructor_args["visible"] for v in exported_views(files)] == [True, True]
+    failed, _, _ = export_run("bundled/SmolLM2-135M-Instruct", progress=lambda *a, **k: None)
+    assert [v.constructor_args["visible"] for v in exported_views(failed)] == [False, False]
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert "Can't reach the Hugging Face Hub" in push_to_hub("run:zz-export", "me/model", "hf_x")
