@@ -78,7 +78,8 @@ def build(ctx: TabContext) -> Tab:
                                     placeholder="Leave empty for the dataset's default instruction.")
                 stored_path = gr.State("")
                 preview_btn = gr.Button("Preview prompts as the model sees them", size="sm")
-                preview = gr.Code(label="Prompt preview", language=None, lines=8, visible=True)
+                preview = gr.Code(label="Prompt preview", language=None, lines=8, visible=False,
+                                  elem_id="prompt-preview")
 
                 gr.Markdown("### 2. Rewards")
                 rewards = gr.Dataframe(value=reward_rows(allow_custom=allow_custom), headers=REWARD_COLUMNS,
@@ -210,8 +211,9 @@ def build(ctx: TabContext) -> Tab:
         source.change(lambda s: (gr.Group(visible=SOURCES[s] == "file"), gr.Group(visible=SOURCES[s] == "hub")),
                       source, [file_box, hub_box])
         upload.upload(store_upload, upload, [stored_path, prompt_col, answer_col, upload_msg])
-        preview_btn.click(preview_dataset, None, preview, inputs_kwargs=form, concurrency_id="model",
-                          concurrency_limit=1)
+        # The box shows when asked for (its progress runs inside it), then fills.
+        preview_btn.click(lambda: gr.Code(visible=True), None, preview, queue=False, api_visibility="private").then(
+            preview_dataset, None, preview, inputs_kwargs=form, concurrency_id="model", concurrency_limit=1)
         preset_outputs = {key: parts[key] for key in form_keys() if key != "path"}
         preset.change(keyed(lambda name: fill_preset(name, allow_custom), preset_outputs), preset,
                       list(preset_outputs.values()))

@@ -70,3 +70,15 @@ def test_what_each_reward_does_reads_as_written(page, app_url):
     length = page.locator("tr", has_text="length_target").first
     expect(length.locator("td")).to_have_count(3)
     expect(length.locator("td").nth(1)).to_contain_text("-|target - length|; peaks at the target length")
+
+
+def test_the_prompt_preview_shows_when_asked_for(page, app_url):
+    """No empty preview box on the form: it opens on the button, with the first prompts as the model sees them."""
+    page.goto(app_url)
+    preview, button = page.locator("#prompt-preview"), page.get_by_role("button", name="Preview prompts as the model "
+                                                                                  "sees them")
+    expect(button).to_be_visible(timeout=30_000)  # the form is drawn...
+    expect(preview).to_be_hidden()  # ...without the box
+    button.click()
+    expect(preview).to_be_visible(timeout=10_000)
+    expect(preview).to_contain_text("--- prompt 1 (", timeout=60_000)
