@@ -118,12 +118,14 @@ def stepless_run(studio_data):
     yield from running_run("stepless", max_steps=11, steps=0)
 
 
-def test_empty_charts_say_what_they_will_show_until_the_first_step(page, app_url, stepless_run):
+def test_before_the_first_step_charts_say_what_they_will_show_and_stop_greys_out_when_the_run_ends(
+        page, app_url, stepless_run):
     """Before the first step, each chart's box says which chart it is and when it fills (not a bare icon); the
-    first metrics line replaces that with the chart."""
+    first metrics line replaces that with the chart. Stop is usable while the run trains, greyed once it ended."""
     page.goto(app_url)
     expect(page.locator("#run-select input")).to_have_value(stepless_run.name)
     expect(page.locator("#progress .gs-progress")).to_have_attribute("data-step", "0", timeout=30_000)
+    expect(page.locator("#stop-btn")).to_be_enabled()
 
     def note(chart: str) -> str:
         return page.locator(f"#{chart} .empty").evaluate("e => getComputedStyle(e, '::after').content")
@@ -136,12 +138,6 @@ def test_empty_charts_say_what_they_will_show_until_the_first_step(page, app_url
     expect(page.locator("#reward-plot")).to_contain_text("total (weighted)", timeout=10_000)
     expect(page.locator("#plot-kl .empty")).to_have_count(0)
 
-
-def test_stop_is_usable_only_while_the_shown_run_trains(page, app_url, stepless_run):
-    page.goto(app_url)
-    expect(page.locator("#run-select input")).to_have_value(stepless_run.name)
-    expect(page.locator("#progress [data-state=running]")).to_be_visible(timeout=30_000)
-    expect(page.locator("#stop-btn")).to_be_enabled()
     runs.write_status(stepless_run, "finished")  # it ends: the header says so and Stop greys out
     expect(page.locator("#progress [data-state=finished]")).to_be_visible(timeout=10_000)
     expect(page.locator("#stop-btn")).to_be_disabled()
