@@ -33,8 +33,7 @@ CHART_Y_TITLES = {"reward": "reward", "probe": "reward", "compare": "total rewar
 FIRST_STEP = "Drawn from the first step on."
 EMPTY_CHART_NOTES = {
     "reward-plot": (REWARD_TITLE, FIRST_STEP),
-    "probe-plot": (PROBE_TITLE, "Its first point is the base model, answered before step 1. Stays empty when "
-                                "probes are off."),
+    "probe-plot": (PROBE_TITLE, "Its first point is the base model, answered before step 1."),
     **{f"plot-{key}": (title, FIRST_STEP) for key, (title, _) in CHARTS.items()},
     "plot-kl": (CHARTS["kl"][0], FIRST_STEP + " Not logged when beta is 0."),
     "compare-plot": ("Runs overlay", "The runs ticked have nothing logged for this curve yet."),
