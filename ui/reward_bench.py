@@ -95,7 +95,9 @@ def make_sampler(cache: ModelCache):
             progress(0.4, desc=f"Sampling {int(g)} completions")
             texts = generate_batch(model, tok, [[{"role": "user", "content": prompt}]] * int(g),
                                    max_new_tokens=int(max_tokens), temperature=max(float(temperature), 0.05))
-            return f"\n{SEPARATOR}\n".join(t.strip() or "(empty)" for t in texts), ""
+            return (f"\n{SEPARATOR}\n".join(t.strip() or "(empty)" for t in texts),
+                    f"Sampled {len(texts)} completions from `{model_id or BUNDLED_MODEL_ID}` into *Candidate "
+                    "completions*: press **Score the group** to score them (or edit them first).")
         except Exception as exc:  # noqa: BLE001
             return gr.skip(), f"❌ {exc}"
 
