@@ -16,7 +16,7 @@ from pipeline import runner
 from pipeline.run_folder import run_files, runs
 from pipeline.setup.config import ConfigError, RunConfig
 from pipeline.setup.data import DatasetError, load_rows, read_table
-from pipeline.models.loading import check_processes, gpu_count
+from pipeline.models.loading import check_processes, gpu_count, hub_fetch_problem
 from pipeline.setup.presets import apply_preset
 from pipeline.rewards import reward_registry
 from ui import uploads, views
@@ -175,6 +175,10 @@ def start_training(allow_custom: bool, nproc, request: gr.Request = None, **form
     try:
         cfg = form_to_config(form)
         processes = check_processes(nproc, gpu_count())
+        # Offline with a hub model or dataset: said here, with the form as it is, not as a run that fails at once.
+        unreachable = hub_fetch_problem(cfg.model, cfg.dataset.hub_id if cfg.dataset.source == "hub" else None)
+        if unreachable:
+            return gr.Dropdown(), f"❌ {unreachable}"
         label = Path(cfg.model).name.replace("SmolLM2-135M-Instruct", "smollm2") + "-" + cfg.dataset.source
         # More than one process: the same entry point under torchrun, one rank per GPU. The run is the
         # logged-in user's (no one's without a login).

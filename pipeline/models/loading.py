@@ -165,6 +165,37 @@ def _hub_cached_snapshot(model_id: str) -> str | None:
         return None
 
 
+DATASET_OFFLINE_HINT = "Use the bundled TL;DR or Arithmetic set, or upload a CSV/JSONL file."
+
+
+def hub_fetch_problem(model_id: str, dataset_hub_id: str | None = None) -> str | None:
+    """Why a run could not fetch its model or its hub dataset now, or None: a hub id that is not cached here (or may
+    not be answered from the cache) while the Hub is out of reach. What Start checks before it makes a run folder,
+    in the words the trainer would fail with; bundled models and folders are checked where they load."""
+    model_id = (model_id or "").strip()
+    needs = []
+    if model_id and model_id not in (BUNDLED_MODEL_ID, BUNDLED_LABEL):
+        try:
+            hub_model = check_source(model_id, "model").kind == "hub"
+        except SourceRefused:
+            hub_model = False  # refused with its own message where the settings are checked
+        if hub_model and (hub_token() is not None or not _hub_cached_snapshot(model_id)):
+            needs.append((f"model '{model_id}'", OFFLINE_HINT))
+    if dataset_hub_id:
+        try:
+            hub_dataset = check_source(dataset_hub_id, "dataset").kind == "hub"
+        except SourceRefused:
+            hub_dataset = False
+        if hub_dataset:
+            needs.append((f"dataset '{dataset_hub_id}'", DATASET_OFFLINE_HINT))
+    for what, hint in needs:
+        try:
+            require_hub(what, hint)
+        except HubUnreachable as exc:
+            return str(exc)
+    return None
+
+
 def resolve_model(model_id: str) -> str:
     """A local folder that `from_pretrained` can load: the bundled model, a folder the app may read, or a hub
     id's snapshot (downloaded when online; fails fast offline). What may be named is pipeline/models/sources.py's

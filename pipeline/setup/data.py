@@ -268,9 +268,10 @@ def hub_rows(spec: DatasetSpec) -> list[dict]:
         where, token, cache = source.value, None, hub_cache_dir("datasets-local")
     else:
         from pipeline.models.hub import HubUnreachable, require_hub
+        from pipeline.models.loading import DATASET_OFFLINE_HINT
 
         try:
-            require_hub(f"dataset '{spec.hub_id}'", "Use the bundled TL;DR or Arithmetic set, or upload a CSV/JSONL file.")
+            require_hub(f"dataset '{spec.hub_id}'", DATASET_OFFLINE_HINT)
         except HubUnreachable as exc:  # a DatasetError, so the pre-flight check and the trainer report it as one
             raise DatasetError(str(exc)) from None
         # The hf:// form is looked up on the Hub only: a bare id that is also a folder in the app's working

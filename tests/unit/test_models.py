@@ -114,3 +114,25 @@ def test_two_processes_needing_the_bundled_model_convert_it_once(tmp_path, monke
     for t in threads:
         t.join()
     assert len(calls) == 1 and results == [models.bundled_cache_dir()] * 2
+
+
+def test_start_refuses_a_hub_model_or_dataset_it_cannot_fetch_and_makes_no_run(monkeypatch):
+    """Offline, Start says why at once and keeps the form as it is, instead of making a run that fails."""
+    from dataclasses import replace
+
+    from pipeline.run_folder import runs
+    from pipeline.setup.config import BUNDLED_MODEL_ID, RunConfig
+    from pipeline.setup.presets import apply_preset
+    from ui.form import config_to_form
+    from ui.train_form import start_training
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent-cache")
+    before = set(runs.iter_run_dirs())
+    gsm8k = apply_preset(RunConfig(), "GSM8K on GPU: Qwen2.5-0.5B-Instruct")  # a hub model and a hub dataset
+    _, message = start_training(False, 1, **config_to_form(gsm8k))
+    assert message.startswith("❌ Can't reach the Hugging Face Hub to fetch model 'Qwen/Qwen2.5-0.5B-Instruct' "
+                              "(offline mode is set (HF_HUB_OFFLINE)). Pick the offline default"), message
+    _, message = start_training(False, 1, **config_to_form(replace(gsm8k, model=BUNDLED_MODEL_ID)))
+    assert message.startswith("❌ Can't reach the Hugging Face Hub to fetch dataset 'openai/gsm8k'"), message
+    assert set(runs.iter_run_dirs()) == before  # no run folder was made
