@@ -7,10 +7,26 @@ import math
 
 import pandas as pd
 
-# The Train tab's two wide charts, and the Runs panel's overlay.
+# The curves the Runs panel can overlay: label -> (the run file's rows it reads, their key, the y-axis title).
+# "evals" are the held-out probes (step 0 is the base model): the curve that says whether a run generalised.
+COMPARE_CURVES = {
+    "Train reward": ("metrics", "reward", "total reward"),
+    "Held-out reward": ("evals", "reward", "held-out total reward"),
+    "KL": ("metrics", "kl", "KL"),
+    "Completion length": ("metrics", "completion_length", "tokens"),
+    "Token entropy": ("metrics", "entropy", "nats per token"),
+}
+DEFAULT_COMPARE = "Train reward"
+
+
+def compare_title(curve: str) -> str:
+    return f"{curve} by run"
+
+
+# The Train tab's two wide charts, and the Runs panel's overlay as the page opens.
 REWARD_TITLE = "Train reward: total and per function (mean)"
 PROBE_TITLE = "Held-out reward (probe prompts, greedy)"
-COMPARE_TITLE = "Train reward by run"
+COMPARE_TITLE = compare_title(DEFAULT_COMPARE)
 # chart name -> (title, list of (series label, metrics key)); the Train tab lays them out two a row, in order.
 CHARTS = {
     "reward_std": ("Reward std (across the batch)", [("reward std", "reward_std")]),
@@ -25,8 +41,8 @@ CHARTS = {
 # Charts whose axis has fixed ends: a share stays on 0-1.
 CHART_Y_LIMITS = {"frac_reward_zero_std": [0, 1]}
 # Each chart's y-axis title, the unit of what it draws (the plots' own default would read "value" on every chart).
-CHART_Y_TITLES = {"reward": "reward", "probe": "reward", "compare": "total reward", "reward_std": "std",
-                  "frac_reward_zero_std": "share", "kl": "KL", "entropy": "nats per token",
+CHART_Y_TITLES = {"reward": "reward", "probe": "reward", "compare": COMPARE_CURVES[DEFAULT_COMPARE][2],
+                  "reward_std": "std", "frac_reward_zero_std": "share", "kl": "KL", "entropy": "nats per token",
                   "completion_length": "tokens", "loss": "loss"}
 # What an empty chart says under its icon, before its first point (or in a run that logged none): its title, then
 # when it fills. By element id; the app's page style writes them in (empty_chart_css).
@@ -157,18 +173,6 @@ def metric_frame(rows: list[dict], chart: str) -> pd.DataFrame:
     _, series = CHARTS[chart]
     data = [(r["step"], r[key], label) for r in rows for label, key in series if _finite(r.get(key))]
     return _frame(data)
-
-
-# The curves the Runs panel can overlay: label -> (the run file's rows it reads, their key, the y-axis title).
-# "evals" are the held-out probes (step 0 is the base model): the curve that says whether a run generalised.
-COMPARE_CURVES = {
-    "Train reward": ("metrics", "reward", "total reward"),
-    "Held-out reward": ("evals", "reward", "held-out total reward"),
-    "KL": ("metrics", "kl", "KL"),
-    "Completion length": ("metrics", "completion_length", "tokens"),
-    "Token entropy": ("metrics", "entropy", "nats per token"),
-}
-DEFAULT_COMPARE = "Train reward"
 
 
 def compare_frame(runs_rows: dict[str, list[dict]], key: str = "reward") -> pd.DataFrame:

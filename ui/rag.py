@@ -11,7 +11,7 @@ import threading
 import gradio as gr
 
 from pipeline.rewards.grounding import check_answer, check_markdown, marked
-from pipeline.training.generate import (EMPTY_REPLY, ChatModelError, ModelCache, base_choice, chat_choices,
+from pipeline.training.generate import (ChatModelError, ModelCache, base_choice, chat_choices, empty_reply,
                                        generation_error_message)
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
@@ -228,7 +228,7 @@ def make_handlers(store: MovieStore, cache: ModelCache, chunks: PlotChunks | Non
         used = films_used(answers["main"], hits)
         said = {key: text for key, text in answers.items() if key not in failed and text.strip()}
         for key in answers.keys() - failed - said.keys():  # ended without a word: say so, not an empty box
-            shown[key] = f"*{EMPTY_REPLY}*"
+            shown[key] = empty_reply()["content"]
         checks = answer_checks(hits, said, messages[-1]["content"])
         for key, items in checks.items():  # what the films lack, marked in the answer itself
             shown[key] = marked(answers[key], items)

@@ -77,7 +77,7 @@ def overlay_labels(curve: str | None) -> Any:
     """The overlay's first event: its title and y-axis title for `curve`. Sent on their own, before the data: a
     plot whose title changes in the same update as its data is drawn again with its old data."""
     curve = overlay_curve(curve)
-    return gr.LinePlot(title=f"{curve} by run", y_title=charts.COMPARE_CURVES[curve][2])
+    return gr.LinePlot(title=charts.compare_title(curve), y_title=charts.COMPARE_CURVES[curve][2])
 
 
 def compare_runs(selected: list[str], curve: str | None = charts.DEFAULT_COMPARE) -> tuple[Any, dict]:
@@ -89,8 +89,7 @@ def compare_runs(selected: list[str], curve: str | None = charts.DEFAULT_COMPARE
     rows = {name: read(p) for name in selected or [] if (p := run_path(name))}
     steps = [r["step"] for run_rows in rows.values() for r in run_rows]
     frame = charts.compare_frame(rows, key)
-    return (gr.LinePlot(frame, x_lim=charts.step_axis(None, steps), visible=bool(rows)),
-            charts.series_colors(frame) or {})
+    return plot(frame, charts.step_axis(None, steps), visible=bool(rows)), charts.series_colors(frame) or {}
 
 
 def overlay_colors(colors: dict | None) -> Any:

@@ -168,26 +168,31 @@ def _hub_cached_snapshot(model_id: str) -> str | None:
 DATASET_OFFLINE_HINT = "Use the bundled TL;DR or Arithmetic set, or upload a CSV/JSONL file."
 
 
+def _is_hub_id(value: str, kind: str) -> bool:
+    """Whether a typed model or dataset names a hub repo (a refused value is reported where settings are checked)."""
+    try:
+        return check_source(value, kind).kind == "hub"
+    except SourceRefused:
+        return False
+
+
+def _usable_cache(model_id: str) -> str | None:
+    """A copy of a hub model cached here that may stand in for a download: only when the server's own token may be
+    used (hub_token() is None); a shared app asks the Hub, as anyone, every time."""
+    return _hub_cached_snapshot(model_id) if hub_token() is None else None
+
+
 def hub_fetch_problem(model_id: str, dataset_hub_id: str | None = None) -> str | None:
-    """Why a run could not fetch its model or its hub dataset now, or None: a hub id that is not cached here (or may
-    not be answered from the cache) while the Hub is out of reach. What Start checks before it makes a run folder,
-    in the words the trainer would fail with; bundled models and folders are checked where they load."""
+    """Why a run could not fetch its model or its hub dataset now, or None: a hub id with no usable cached copy
+    while the Hub is out of reach. What Start checks before it makes a run folder, in the words the trainer would
+    fail with; bundled models and folders are checked where they load."""
     model_id = (model_id or "").strip()
     needs = []
-    if model_id and model_id not in (BUNDLED_MODEL_ID, BUNDLED_LABEL):
-        try:
-            hub_model = check_source(model_id, "model").kind == "hub"
-        except SourceRefused:
-            hub_model = False  # refused with its own message where the settings are checked
-        if hub_model and (hub_token() is not None or not _hub_cached_snapshot(model_id)):
-            needs.append((f"model '{model_id}'", OFFLINE_HINT))
-    if dataset_hub_id:
-        try:
-            hub_dataset = check_source(dataset_hub_id, "dataset").kind == "hub"
-        except SourceRefused:
-            hub_dataset = False
-        if hub_dataset:
-            needs.append((f"dataset '{dataset_hub_id}'", DATASET_OFFLINE_HINT))
+    if (model_id and model_id not in (BUNDLED_MODEL_ID, BUNDLED_LABEL) and _is_hub_id(model_id, "model")
+            and not _usable_cache(model_id)):
+        needs.append((f"model '{model_id}'", OFFLINE_HINT))
+    if dataset_hub_id and _is_hub_id(dataset_hub_id, "dataset"):
+        needs.append((f"dataset '{dataset_hub_id}'", DATASET_OFFLINE_HINT))
     for what, hint in needs:
         try:
             require_hub(what, hint)
@@ -218,11 +223,10 @@ def resolve_model(model_id: str) -> str:
         if not (path / "config.json").exists():
             raise ModelError(f"The folder '{model_id}' has no config.json, so it is not a transformers model.")
         return str(path)
+    cached = _usable_cache(model_id)  # with the server's own token, a copy it cached is as good as a download
+    if cached:
+        return cached
     token = hub_token()
-    if token is None:  # the server's own token may be used: a copy it cached is as good as a download
-        cached = _hub_cached_snapshot(model_id)
-        if cached:
-            return cached
     try:
         require_hub(f"model '{model_id}'", OFFLINE_HINT)
     except HubUnreachable as exc:
