@@ -276,7 +276,7 @@ def save_and_merge(trainer, tokenizer, cfg: RunConfig, run_dir: Path, model_path
             merge_adapter(unwrapped, tokenizer, run_dir / run_files.MERGED)
     metrics = runs.read_metrics(run_dir)
     runs.write_status(run_dir, state, step=trainer.state.global_step, ended_at=time.time(),
-                      final_reward=metrics[-1].get("reward") if metrics else None)
+                      final_reward=runs.final_reward(metrics))
     log.info("Run %s: %s at step %d", run_dir.name, state, trainer.state.global_step)
 
 

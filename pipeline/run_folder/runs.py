@@ -89,6 +89,16 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     return _last_per_step(read_jsonl(Path(run_dir) / run_files.METRICS))
 
 
+def final_reward(metrics: list[dict]) -> float | None:
+    """The train reward of the last step that sampled a batch (a step that trains again on an earlier batch
+    logs none).
+
+    >>> final_reward([{"step": 1, "reward": 0.5}, {"step": 2, "reward": None}]), final_reward([])
+    (0.5, None)
+    """
+    return next((r["reward"] for r in reversed(metrics) if r.get("reward") is not None), None)
+
+
 def read_groups(run_dir: str | Path) -> list[dict]:
     return _last_per_step(read_jsonl(Path(run_dir) / run_files.GROUPS))
 
@@ -377,7 +387,7 @@ def run_summary(run_dir: str | Path) -> dict:
         "rewards": ", ".join(str(r.get("name", "?")) for r in cfg.get("rewards") or [] if isinstance(r, dict)),
         "step": last.get("step", 0),
         "max_steps": cfg.get("max_steps"),
-        "final_reward": last.get("reward"),
+        "final_reward": final_reward(metrics),
         "duration_s": round(duration, 1) if duration is not None else None,
         "error": status.get("error"),
         "problems": " ".join(problems) or None,

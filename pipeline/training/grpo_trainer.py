@@ -261,7 +261,7 @@ def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, 
             return control
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if not state.is_world_process_zero or not logs or "reward" not in logs:
+            if not state.is_world_process_zero or not is_step_log(logs):
                 return
             runs.append_jsonl(run_dir / run_files.METRICS, metrics_row(logs, state, clock, guards, weights))
             runs.write_status(run_dir, "running", step=state.global_step, max_steps=state.max_steps)
@@ -277,10 +277,26 @@ def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, 
     return StudioCallback()
 
 
+def is_step_log(logs: dict | None) -> bool:
+    """Whether TRL's log dict is an optimizer step's line. A step that samples a new batch logs its rewards; a
+    step that trains again on a batch sampled earlier (iterations per batch or steps per generation above 1)
+    logs only the loss side (loss, KL, clip ratio, entropy), and is a line too. The run's closing summary
+    (train_runtime, train_loss) is not.
+
+    >>> is_step_log({"reward": 1.0, "loss": 0.1}), is_step_log({"loss": 0.1, "kl": 0.01})
+    (True, True)
+    >>> is_step_log({"train_runtime": 9.0, "train_loss": 0.1}), is_step_log(None)
+    (False, False)
+    """
+    return bool(logs) and ("reward" in logs or "loss" in logs)
+
+
 def metrics_row(logs: dict, state, clock: StepClock, guards: list[GuardedReward],
                 weights: list[float] | None = None) -> dict:
     """One metrics.jsonl line from TRL's log dict. It carries each reward's weight, so that a reader (the
-    health check, the charts) can tell trained rewards from monitors (weight 0) without the config."""
+    health check, the charts) can tell trained rewards from monitors (weight 0) without the config. On a step
+    that reuses a batch sampled earlier, the sampled batch's figures (rewards, length, zero-std share) are
+    null: they were logged on the step that sampled it."""
     step = state.global_step
     per_step = clock.seconds_per_step()
     remaining = max(state.max_steps - step, 0)

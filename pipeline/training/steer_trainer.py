@@ -14,6 +14,7 @@ from pathlib import Path
 from pipeline.run_folder import run_files
 from pipeline.setup.config import RunConfig
 from pipeline.run_folder.jsonio import append_jsonl
+from pipeline.training.grpo_trainer import is_step_log
 from pipeline.setup.steering import (
     STEERABLE, WEIGHT, SteerRefused, apply_changes, check_changes, get_value, pending_requests, read_record,
     reward_names,
@@ -110,7 +111,7 @@ def make_steering_callback(trainer, run_dir: Path, cfg: RunConfig, weights: list
             return applied
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs is not None and "reward" in logs:  # a training step's line: the values it trained with
+            if is_step_log(logs):  # a training step's line: the values it trained with
                 logs["temperature"] = self.cfg.temperature
                 logs["beta"] = self.cfg.beta
 
