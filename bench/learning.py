@@ -1,7 +1,7 @@
 """Does the default run learn? Trains the default config (the Quick CPU demo), or a preset, once per
 seed, then scores base vs tuned on the held-out prompts, as a new user's first run would go.
 
-    .venv/bin/python bench/learning.py [--seeds 1 2 3] [--preset arithmetic] [--set FIELD=JSON ...]
+    .venv/bin/python bench/learning.py [--seeds 1 2 3] [--preset arithmetic] [--set FIELD=JSON ...] [--answers FILE]
 
 For each seed: wall time from launching `python -m pipeline.train` to its exit (imports, model load,
 probes, training, adapter save and merge included), gap_closed and the task metric from
@@ -64,7 +64,8 @@ def one_seed(seed: int, work: Path, cfg: RunConfig, eval_limit: int = 32) -> dic
                    cwd=ROOT, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ev = json.loads((run_dir / "eval.json").read_text())
-    rewards = [r["reward"] for r in runs.read_metrics(run_dir)]
+    # Steps that train again on an earlier batch (iterations per batch above 1) sample nothing and log no reward.
+    rewards = [r["reward"] for r in runs.read_metrics(run_dir) if r.get("reward") is not None]
     rise, noise = curve_rise(rewards)
     task_key = "summary_score" if (ev["base"].get("task") or {}).get("kind") == "summary" else "accuracy"
     fmt = {f"format_{side}": (ev[side].get("task") or {}).get("format_compliance") for side in ("base", "tuned")}
@@ -79,7 +80,36 @@ def one_seed(seed: int, work: Path, cfg: RunConfig, eval_limit: int = 32) -> dic
         "curve_rise": rise, "curve_noise": noise, "train_rewards": rewards,
         "train_rewards_by_function": [r.get("rewards") for r in runs.read_metrics(run_dir)],
         "samples": ev["samples"][:4], "run_dir": str(run_dir),
+        "answers": answer_lines(seed, ev),
     }
+
+
+def answer_lines(seed: int, ev: dict) -> list[str]:
+    """Every held-out answer, base -> tuned, for a task with right answers: "+" marks one training turned right,
+    "-" one it turned wrong, 1/0 whether each is right (pipeline.evaluate's accuracy). Empty for other tasks.
+
+    >>> task = {"kind": "accuracy"}
+    >>> ev = {"base": {"task": {**task, "per_prompt": [0.0]}}, "tuned": {"task": {**task, "per_prompt": [1.0]}},
+    ...       "samples": [{"prompt": "Calculate 2 + 2", "base": "<answer>5</answer>", "tuned": "<answer>4</answer>"}]}
+    >>> print("\\n".join(answer_lines(1, ev)))
+    seed 1: 1 problems; right 0 -> 1; right only after training 1, right only before 0
+      + Calculate 2 + 2
+         base  (0): '<answer>5</answer>'
+         tuned (1): '<answer>4</answer>'
+    """
+    tasks = [ev[side].get("task") or {} for side in ("base", "tuned")]
+    if any(task.get("kind") != "accuracy" for task in tasks):
+        return []
+    base, tuned = ([int(hit) for hit in task["per_prompt"]] for task in tasks)
+    fixed = sum(t > b for b, t in zip(base, tuned))
+    broken = sum(b > t for b, t in zip(base, tuned))
+    lines = [f"seed {seed}: {len(base)} problems; right {sum(base)} -> {sum(tuned)}; right only after training "
+             f"{fixed}, right only before {broken}"]
+    for sample, b, t in zip(ev["samples"], base, tuned):
+        lines.append(f"  {'+' if t > b else '-' if b > t else ' '} {sample['prompt']}")
+        lines.append(f"     base  ({b}): {sample['base']!r}")
+        lines.append(f"     tuned ({t}): {sample['tuned']!r}")
+    return lines
 
 
 def main() -> int:
@@ -89,6 +119,8 @@ def main() -> int:
                     help=f"a preset: {', '.join(PRESET_ALIASES)} or a full name ({'; '.join(PRESETS)})")
     ap.add_argument("--eval-limit", type=int, default=32, help="held-out prompts to evaluate (the movies preset "
                     "holds out 50: use --eval-limit 49)")
+    ap.add_argument("--answers", type=Path, help="also write every held-out answer, base -> tuned, to this file "
+                    "(tasks with right answers: the arithmetic preset)")
     ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
                     help="try a variant, e.g. --set learning_rate=5e-4 max_steps=18")
     a = ap.parse_args()
@@ -113,6 +145,10 @@ def main() -> int:
               f"{r['task_base']:.3f} -> {r['task_tuned']:.3f} on {r['eval_n']} held-out{invented}"
               f"{'' if r['recall'] is None else ' (retrieval recall %.3f)' % r['recall']}; train curve {r['curve_rise']:+.2f} "
               f"(noise {r['curve_noise']:.2f})", flush=True)
+    if a.answers:
+        a.answers.write_text("\n".join(["Held-out answers, base -> tuned, greedy (bench/learning.py --answers; 1 = "
+                                         "right, 0 = wrong, per pipeline.evaluate's accuracy).", ""]
+                                        + [line for r in results for line in [*r["answers"], ""]]))
     keys = ["train_wall_s", "gap_closed", "task_base", "task_tuned"]
     keys += ["format_base", "format_tuned"] if all(r["format_base"] is not None for r in results) else []
     med = {k: statistics.median(r[k] for r in results) for k in keys}

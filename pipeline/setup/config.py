@@ -159,8 +159,9 @@ class RunConfig:
 
     # GRPO: finer options (DAPO / GSPO variants, schedule, sampling filters)
     num_iterations: int = field(default=1, metadata=_form("Iterations per batch (mu)",
-        "mu: optimisation passes over each generated batch. Above 1 reuses samples, and the clip (epsilon) "
-        "starts to matter.", minimum=1))
+        "mu: optimisation passes over each generated batch. 2 learns twice from each batch of samples, worth it "
+        "when sampling is most of a step (on CPU; the Arithmetic preset uses 2). Above 1 the clip (epsilon) starts "
+        "to matter.", minimum=1))
     epsilon_high: float = field(default=0.0, metadata=_form("epsilon high (clip-higher, 0 = epsilon)",
         "Upper clip bound, DAPO's clip-higher (e.g. 0.28); 0 = the same as epsilon."))
     importance_sampling_level: str = field(default="token", metadata=_form(

@@ -40,9 +40,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "num_generations": 8,
         "batch_size": 16,
         "max_completion_length": 40,  # "<think>24 × 6 = 144</think><answer>144</answer>" is ~25 tokens
-        # 20 steps of 2 problems: held-out accuracy +22.5, +20.0, +2.5 points on seeds 1-3 (16 steps: +15, +20, -2.5;
-        # lr 5e-4 or temperature 0.7 made seed 3 worse; bench/results/learning-arithmetic-trials-2026-11-26.txt)
-        "max_steps": 20,
+        # Each sampled batch trained on twice (sampling is most of a CPU step): 30 steps from 15 batches of 2
+        # problems. On seeds 1-5 no seed ends below its base model, unlike 20 or 24 steps of one pass a batch
+        # (bench/results/learning-arithmetic-trials-2026-11-27.txt)
+        "num_iterations": 2,
+        "max_steps": 30,
         "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
     },
     # Questions about the bundled films, each followed by the three plots the RAG tab's search ranks first for
