@@ -64,13 +64,15 @@ def one_seed(seed: int, work: Path, cfg: RunConfig, eval_limit: int = 32) -> dic
                    cwd=ROOT, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ev = json.loads((run_dir / "eval.json").read_text())
+    metrics = runs.read_metrics(run_dir)
     # Steps that train again on an earlier batch (iterations per batch above 1) sample nothing and log no reward.
-    rewards = [r["reward"] for r in runs.read_metrics(run_dir) if r.get("reward") is not None]
+    sampled = [r for r in metrics if r.get("reward") is not None]
+    rewards = [r["reward"] for r in sampled]
     rise, noise = curve_rise(rewards)
     task_key = "summary_score" if (ev["base"].get("task") or {}).get("kind") == "summary" else "accuracy"
     fmt = {f"format_{side}": (ev[side].get("task") or {}).get("format_compliance") for side in ("base", "tuned")}
     return {
-        "seed": seed, "state": status.get("state"), "train_wall_s": round(train_s, 1), "steps": len(rewards),
+        "seed": seed, "state": status.get("state"), "train_wall_s": round(train_s, 1), "steps": len(metrics),
         "base": ev["base"]["reward_mean"], "tuned": ev["tuned"]["reward_mean"], "max": ev["reward_max"],
         "gap_closed": ev["gap_closed"], "task_metric": task_key,
         "task_base": (ev["base"].get("task") or {}).get(task_key),
@@ -78,7 +80,7 @@ def one_seed(seed: int, work: Path, cfg: RunConfig, eval_limit: int = 32) -> dic
         **fmt, "recall": (ev["base"].get("task") or {}).get("retrieval_recall"), "eval_n": ev["n"],
         **{f"invented_{side}": (ev[side].get("task") or {}).get("invented_details") for side in ("base", "tuned")},
         "curve_rise": rise, "curve_noise": noise, "train_rewards": rewards,
-        "train_rewards_by_function": [r.get("rewards") for r in runs.read_metrics(run_dir)],
+        "train_rewards_by_function": [r.get("rewards") for r in sampled],
         "samples": ev["samples"][:4], "run_dir": str(run_dir),
         "answers": answer_lines(seed, ev),
     }
