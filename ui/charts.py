@@ -145,15 +145,21 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def step_axis(max_steps: int | None, steps: list[int] = (), start: int = 0) -> list[int]:
-    """x-axis limits for a chart over training steps: from `start` (0, so a first point at step 1 is not
-    on the edge) to the run's planned last step, and at least 9 steps wide, so the plot's ticks fall on
-    whole steps (a 1-2 step domain is ticked 1.0, 1.1, ...) and the line fills the axis as the run goes.
+# Where a chart whose first point is step 0 (the held-out probes: the base model) starts, so that point is drawn
+# clear of the axis rather than cut in half by it.
+BEFORE_STEP_0 = -0.5
 
-    >>> step_axis(16), step_axis(2), step_axis(None, [0, 5]), step_axis(4, [1, 2, 14])
-    ([0, 16], [0, 9], [0, 9], [0, 14])
+
+def step_axis(max_steps: int | None, steps: list[int] = (), start: float = 0) -> list[float]:
+    """x-axis limits for a chart over training steps: from `start` (0, so a first point at step 1 is not
+    on the edge; BEFORE_STEP_0 for a chart that starts at step 0) to the run's planned last step, and at least
+    9 steps wide, so the plot's ticks fall on whole steps (a 1-2 step domain is ticked 1.0, 1.1, ...) and the
+    line fills the axis as the run goes.
+
+    >>> step_axis(16), step_axis(2), step_axis(None, [0, 5]), step_axis(4, [1, 2, 14]), step_axis(11, [0], -0.5)
+    ([0, 16], [0, 9], [0, 9], [0, 14], [-0.5, 11])
     """
-    hi = max([int(max_steps or 0), *steps, start + 9])
+    hi = max([int(max_steps or 0), *steps, int(start) + 9])
     return [start, hi]
 
 

@@ -129,7 +129,7 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
     if "probes" in parts:
         evals, state = snap.evals, snap.state
         settings = cfg.to_dict() if cfg else {}
-        lim = charts.step_axis(settings.get("max_steps"), [e["step"] for e in evals])
+        lim = charts.step_axis(settings.get("max_steps"), [e["step"] for e in evals], charts.BEFORE_STEP_0)
         choices = probes_view.probe_choices(evals, settings.get("max_steps"), state)
         probe_frame = charts.with_markers(probes_view.probe_frame(evals), markers)
         out["plot_colors"] = {**out.get("plot_colors", {}), "probe_plot": charts.series_colors(probe_frame)}

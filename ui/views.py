@@ -98,7 +98,9 @@ def health_html(rows: list[dict], evals: list[dict] | None = None) -> str:
     if not warnings and not extra:
         return "<div class='gs-ok'>No warning signs so far.</div>" if rows else ""
     parts = [f"<div class='gs-warn'><b>⚠ {html.escape(w.title)}.</b> {html.escape(w.detail)} "
-             f"<i>Try: {html.escape(w.fix)}</i></div>" for w in warnings]
+             f"<i>Try: {html.escape(w.fix)}</i></div>" if w.level == "warn" else
+             f"<div class='gs-note'><b>ℹ {html.escape(w.title)}.</b> {html.escape(w.detail)} "
+             f"<i>{html.escape(w.fix)}</i></div>" for w in warnings]
     parts += [f"<div class='gs-warn'><b>⚠ Reward problem.</b> {html.escape(m)}</div>" for m in (extra or [])[:3]]
     return "".join(parts)
 
@@ -150,10 +152,10 @@ def groups_html(record: dict | None, tokens: dict | None = None, mode: str = tok
         scale = max([abs(c["advantage"]) for c in items if _finite(c.get("advantage"))] + [1e-9])
         prompt = group["prompt"]
         out.append(
-            f"<details class='gs-group' open><summary>Prompt {gi}: {html.escape(prompt[-160:])}</summary>"
+            f"<details class='gs-group' open><summary>Prompt {gi}: {html.escape(prompt_tail(prompt))}</summary>"
             f"<div class='gs-formula'>{advantage_formula(record, mean, std)}</div>"
             f"<table class='gs-table'><tr><th>advantage</th><th></th>"
-            f"<th>total</th>" + "".join(f"<th>{html.escape(monitor_label(n, weights))}</th>" for n in names)
+            f"<th>total</th>" + "".join(f"<th>{_breakable(monitor_label(n, weights))}</th>" for n in names)
             + "<th>completion</th></tr>")
         for c in sorted(items, key=lambda c: -(c.get("advantage") or 0)):
             adv = c.get("advantage") or 0.0
@@ -165,6 +167,27 @@ def groups_html(record: dict | None, tokens: dict | None = None, mode: str = tok
         out.append("</table></details>")
     out.append("</div>")
     return "".join(out)
+
+
+def prompt_tail(prompt: str, limit: int = 160) -> str:
+    """A prompt's last `limit` characters (where the instruction is), cut at a word, marked as cut.
+
+    >>> prompt_tail("short prompt")
+    'short prompt'
+    >>> prompt_tail("one two three four", 12)
+    '…three four'
+    """
+    if len(prompt) <= limit:
+        return prompt
+    tail = prompt[-limit:]
+    cut = tail.find(" ") if not prompt[-limit - 1].isspace() else -1
+    return "…" + (tail[cut + 1:] if 0 <= cut < limit // 2 else tail).lstrip()
+
+
+def _breakable(name: str) -> str:
+    """A reward name as escaped HTML that may wrap after each underscore, so its column stays narrow and the
+    completion column keeps the room."""
+    return html.escape(name).replace("_", "_<wbr>")
 
 
 def _completion_cell(item: dict, mode: str) -> str:

@@ -26,6 +26,9 @@ class Warning_:
     title: str
     detail: str
     fix: str
+    # "warn": a sign to act on. "note": what this run's own settings are already fixing (shown calmly, with what
+    # to do if it does not pass).
+    level: str = "warn"
 
 
 def _recent(rows: list[dict], key: str) -> list[float]:
@@ -132,6 +135,49 @@ def reward_hacking(rows: list[dict]) -> Warning_ | None:
         f"tighten {up} or give {down} a weight, or lower the learning rate or raise beta.")
 
 
+def _length_reward_progress(rows: list[dict]) -> tuple[str, float | None, float | None] | None:
+    """The trained length reward (weight > 0) and its mean over the run's first and last WINDOW steps, when it is
+    moving completions toward its target (its mean rose; (name, None, None) while the run is too young to say).
+    None when no length reward is trained, or it is not rising."""
+    name = next((n for n, w in reward_weights(rows).items() if w > 0 and n.startswith("length_target")), None)
+    if name is None:
+        return None
+    vals = [v for r in rows if isinstance(v := ((r.get("rewards") or {}).get(name) or {}).get("mean"), (int, float))
+            and math.isfinite(v)]
+    if len(vals) < 2 * WINDOW:
+        return name, None, None
+    first, last = statistics.fmean(vals[:WINDOW]), statistics.fmean(vals[-WINDOW:])
+    return (name, first, last) if last > first else None
+
+
+def clipped_completions(rows: list[dict]) -> Warning_ | None:
+    """Most completions hit max_completion_length over the last WINDOW steps. A run that trains a length reward
+    which is shortening them gets a note, not a warning: the cut-off share is what that reward is fixing.
+
+    >>> cut = [{"step": s, "clipped_ratio": 0.7, "reward_weights": {"length_target": 1.0},
+    ...         "rewards": {"length_target": {"mean": -80.0 + 5 * s}}} for s in range(1, 7)]
+    >>> clipped_completions(cut).level
+    'note'
+    >>> clipped_completions([dict(r, rewards={"length_target": {"mean": -80.0}}) for r in cut]).level
+    'warn'
+    """
+    clipped = _recent(rows, "clipped_ratio")
+    if not (clipped and len(clipped) >= min(WINDOW, len(rows)) and min(clipped) > CLIPPED_LIMIT):
+        return None
+    share = f"{clipped[-1]:.0%} of completions hit max_completion_length"
+    progress = _length_reward_progress(rows)
+    if progress is None:
+        return Warning_("clipped", "Completions are cut off", f"{share}, so their endings are never scored.",
+                        "Raise max_completion_length, or reward shorter answers (length_target).")
+    name, first, last = progress
+    moving = (f"Its mean rose from {first:.3g} to {last:.3g} so far: completions are getting shorter."
+              if first is not None else "The share should fall as the run learns.")
+    return Warning_(
+        "clipped", f"Completions are cut off, and {name} is shortening them",
+        f"{share}. This run trains {name}, which rewards answers near its target length. {moving}",
+        "If more than half are still cut off near the end of the run, raise max_completion_length.", level="note")
+
+
 def health_warnings(rows: list[dict], evals: list[dict] | None = None) -> list[Warning_]:
     """Warnings for the latest steps. Needs WINDOW steps before judging trends (and PROBE_WINDOW
     probes, from evals.jsonl, before comparing train and held-out reward).
@@ -160,12 +206,9 @@ def health_warnings(rows: list[dict], evals: list[dict] | None = None) -> list[W
             "kl_high", "KL is high",
             f"KL to the reference model is {kls[-1]:.2f} (> {KL_LIMIT}): the policy is drifting far from the base model.",
             "Lower the learning rate or raise beta."))
-    clipped = _recent(rows, "clipped_ratio")
-    if len(clipped) >= min(WINDOW, len(rows)) and clipped and min(clipped) > CLIPPED_LIMIT:
-        out.append(Warning_(
-            "clipped", "Completions are cut off",
-            f"{clipped[-1]:.0%} of completions hit max_completion_length, so their endings are never scored.",
-            "Raise max_completion_length, or reward shorter answers (length_target)."))
+    clipped = clipped_completions(rows)
+    if clipped:
+        out.append(clipped)
     ent = [r["entropy"] for r in rows if isinstance(r.get("entropy"), (int, float))]
     if len(ent) >= WINDOW:
         start, now = ent[0], sum(ent[-WINDOW:]) / WINDOW

@@ -155,3 +155,30 @@ def test_the_runs_overlay_shows_only_once_a_run_is_ticked():
     labels = overlay_labels("Held-out reward").constructor_args
     assert (labels["title"], labels["y_title"]) == ("Held-out reward by run", "held-out total reward")
     assert overlay_labels("no such curve").constructor_args["title"] == "Train reward by run"
+
+
+def shortening(step, mean, weight=1.0, clipped=0.7):
+    return row(step, clipped_ratio=clipped, reward_weights={"length_target": weight},
+               rewards={"length_target": {"mean": mean}})
+
+
+def test_clipping_that_a_trained_length_reward_is_fixing_is_a_note():
+    """The Quick CPU demo starts with most completions cut off, and its length_target reward shortens them: a
+    calm note naming the reward, not a warning telling the user to change what the run is already fixing."""
+    young = [shortening(s, -85.0) for s in range(1, 4)]
+    rising = [shortening(s, -85.0 + 3 * s) for s in range(1, 8)]
+    for rows in (young, rising):
+        [w] = health_warnings(rows)
+        assert (w.key, w.level) == ("clipped", "note") and "length_target" in w.title, w
+    assert "rose from -79 to -67" in health_warnings(rising)[0].detail
+    html = views.health_html(rising)
+    assert "gs-note" in html and "gs-warn" not in html and "Try:" not in html
+
+
+def test_clipping_is_a_warning_when_no_length_reward_is_shortening():
+    stuck = [shortening(s, -70.0 - s) for s in range(1, 8)]  # the length reward falls: completions grow
+    monitored = [shortening(s, -85.0 + 3 * s, weight=0.0) for s in range(1, 8)]  # scored, never trained on
+    for rows in (stuck, monitored, [row(i, clipped_ratio=0.9) for i in range(1, 4)]):
+        [w] = health_warnings(rows)
+        assert w.level == "warn" and w.title == "Completions are cut off", w
+        assert "Try: Raise max_completion_length" in views.health_html(rows)
