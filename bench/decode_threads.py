@@ -19,20 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from report import save, scratch
+from report import burn, save, scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def burn(share: float, stop) -> None:
-    """Busy for `share` of every 20 ms, asleep for the rest: bursts like a page's redraws."""
-    period = 0.02
-    while not stop.is_set():
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < share * period:
-            pass
-        time.sleep(max(0.0, period * (1 - share)))
 
 
 def main() -> int:

@@ -8,6 +8,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -35,3 +36,13 @@ def scratch(prefix: str) -> str:
     if os.environ.get("BENCH_KEEP") != "1":
         atexit.register(shutil.rmtree, path, True)
     return path
+
+
+def burn(share: float, stop) -> None:
+    """Busy for `share` of every 20 ms, asleep for the rest: bursts like a page's redraws."""
+    period = 0.02
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < share * period:
+            pass
+        time.sleep(max(0.0, period * (1 - share)))

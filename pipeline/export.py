@@ -30,7 +30,7 @@ class ExportError(ValueError):
 def exportable(run_dir: Path | None) -> Path:
     """The run folder when it holds a merged model; ExportError otherwise."""
     if run_dir is None or run_files.merged_model(run_dir) is None:
-        raise ExportError("Pick a finished run (\"… (tuned, final)\") to export.")
+        raise ExportError("Pick a run's tuned model (\"… (tuned, …)\") to export.")
     return Path(run_dir)
 
 

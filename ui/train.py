@@ -180,6 +180,7 @@ def build(ctx: TabContext) -> Tab:
                     with gr.Row():
                         resume_btn = gr.Button("Resume")
                         eval_btn = gr.Button("Evaluate base vs tuned", elem_id="eval-btn")
+                    with gr.Row():  # the jobs' own stops, under the buttons that start them
                         eval_stop_btn = gr.Button("Stop evaluation", size="sm", elem_id="eval-stop-btn")
                         push_stop_btn = gr.Button("Stop push", size="sm", elem_id="push-stop-btn")
                     with gr.Row():

@@ -215,6 +215,16 @@ def base_choice(choice: "str | ModelChoice") -> str | None:
     return ModelChoice("base", RunConfig.load(run_dir / run_files.CONFIG).model).value
 
 
+def merged_label(run_dir: Path) -> str:
+    """What a run's merged model is, in its chat label: "tuned, final" when the run trained every step, and the
+    step it reached when it was stopped early (a Stop saves and merges what it has)."""
+    status = runs.read_status(run_dir)
+    step, total = status.get("step"), status.get("max_steps")
+    if status.get("state") == "stopped" and isinstance(step, int) and isinstance(total, int) and step < total:
+        return f"tuned, stopped at step {step} of {total}"
+    return "tuned, final"
+
+
 def chat_choices() -> list[tuple[str, str]]:
     """(label, value) for every model one can chat with: finished runs, their checkpoints, the catalog."""
     from pipeline.models.loading import catalog_choices
@@ -222,7 +232,7 @@ def chat_choices() -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for run_dir in runs.iter_run_dirs():
         if run_files.merged_model(run_dir) is not None:
-            out.append((f"{run_dir.name} (tuned, final)", ModelChoice("run", run_dir.name).value))
+            out.append((f"{run_dir.name} ({merged_label(run_dir)})", ModelChoice("run", run_dir.name).value))
         for ckpt in runs.checkpoints(run_dir):
             step = runs.checkpoint_step(ckpt)
             out.append((f"{run_dir.name} @ step {step}", ModelChoice("checkpoint", run_dir.name, step).value))

@@ -58,6 +58,16 @@ def test_choices_list_finished_runs_checkpoints_and_base_models():
     assert "bundled/SmolLM2-135M-Instruct" in values
 
 
+def test_a_stopped_runs_model_says_how_far_it_trained():
+    """A Stop saves and merges the model it has: its label gives the step, not "final"."""
+    _run("zz-whole", merged=True, state="finished")
+    stopped = _run("zz-early", merged=True, state="stopped")
+    runs.write_status(stopped, "stopped", step=2, max_steps=11)
+    labels = dict((v, label) for label, v in chat_choices())
+    assert labels["run:zz-whole"] == "zz-whole (tuned, final)"
+    assert labels["run:zz-early"] == "zz-early (tuned, stopped at step 2 of 11)"
+
+
 def test_unmerged_run_and_bad_names_give_clear_messages():
     _run("zz-busy", state="running")
     with pytest.raises(ChatModelError, match="no merged model yet"):
