@@ -89,8 +89,9 @@ def compare_runs(selected: list[str], curve: str | None = charts.DEFAULT_COMPARE
     rows = {name: read(p) for name in selected or [] if (p := run_path(name))}
     steps = [r["step"] for run_rows in rows.values() for r in run_rows]
     frame = charts.compare_frame(rows, key)
-    start = charts.BEFORE_STEP_0 if source == "evals" else 0  # held-out curves start at step 0, the base model
-    return plot(frame, charts.step_axis(None, steps, start), visible=bool(rows)), charts.series_colors(frame) or {}
+    # The axis starts at 0 for every curve: a plot whose x limits change in the same update as its data is drawn
+    # again with its old data (as for its title, see overlay_labels), so switching to held-out keeps the same start.
+    return plot(frame, charts.step_axis(None, steps), visible=bool(rows)), charts.series_colors(frame) or {}
 
 
 def overlay_colors(colors: dict | None) -> Any:
