@@ -7,11 +7,11 @@ Each round, for each load, runs `python -m pipeline.train` on the Quick CPU demo
 merge) once per side, one after the other, with the same config, seed and thread count (OMP_NUM_THREADS = the
 cores). A side is how a thread that reaches a barrier waits for its team in libgomp, the OpenMP of torch's CPU
 wheels (SIDES): libgomp's default spins about 300,000 times and then sleeps (the trainer keeps it); PASSIVE
-sleeps at once; spin30k spins a tenth as long. When another
-process holds a core, a spinning thread burns the slice its partner needs. The load is a separate process, busy
-for the given share of every 20 ms (100 = one core always busy, like a second job; 15-40 is about what a browser
-watching the run takes). A step's time is the wall time between consecutive logged steps; the first step is left
-out. Prints each side's median step and its ratio to the first side per load (below 1: faster).
+sleeps at once; spin30k spins a tenth as long. When another process holds a core, a spinning thread burns the
+slice its partner needs. The load is a separate process (report.burn), busy for the given share of every 20 ms
+(100 = one core always busy, like a second job; 15-40 is about what a browser watching the run takes). A step's
+time is the wall time between consecutive logged steps; the first step is left out. Prints each side's median
+step and its ratio to the first side per load (below 1: faster).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Small helpers shared by the benchmarks: percentiles, the JSON written under bench/out/, and scratch folders."""
+"""Small helpers shared by the benchmarks: percentiles, the JSON written under bench/out/, scratch folders, and a
+background load that keeps a share of one core busy (burn)."""
 
 from __future__ import annotations
 
