@@ -29,7 +29,7 @@ from pipeline.rewards import GuardedReward, RewardFunctionError, build_rewards, 
 from pipeline.run_folder import run_files, runs
 from pipeline.training.grpo_trainer import StepClock, agree_to_stop, grpo_args, make_callback, make_trainer_class
 from pipeline.run_folder.jobs import TRAIN
-from pipeline.run_folder.jobstate import job_worker
+from pipeline.run_folder.jobstate import failure_since, job_worker
 from pipeline.run_folder.paths import keep_private
 from pipeline.setup.reward_check import needs_isolation
 from pipeline.rewards.custom import NO_TOKEN_HINT
@@ -359,8 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # status.json: running (rank 0), then finished or stopped (save_and_merge), stopped on a second Stop
         # signal, or failed with the reason (any rank). A Stop signal finishes the current step, then saves.
-        with job_worker(run_dir, TRAIN, graceful=True, main=is_main_rank(), failure=lambda exc: failure(run_dir, exc),
-                        command=sys.argv) as job:
+        started = time.time()
+        with job_worker(run_dir, TRAIN, graceful=True, main=is_main_rank(),
+                        failure=lambda exc: failure(run_dir, exc, started), command=sys.argv) as job:
             run_training(run_dir, args.steps, args.resume, args.allow_custom_rewards, job.stop_requested)
         code = job.exit_code
         return code
@@ -384,10 +385,12 @@ def end_child_processes(grace_s: float = 3.0) -> list[str]:
     return ended
 
 
-def failure(run_dir: Path, exc: BaseException) -> str:
+def failure(run_dir: Path, exc: BaseException, started: float | None = None) -> str:
     """What status.json says when training fails: the reason in words (a full disk, out of memory, a bad
     setting), with the traceback in the log. Any rank's failure ends the run with its real message: rank 0
-    may be waiting for this rank in a collective and never get to say why."""
+    may be waiting for this rank in a collective and never get to say why. A rank that fails only because
+    another rank went away (its collective lost the peer) gives the other rank's message when that rank
+    wrote one since `started`, so the cause is what the run shows, whichever rank writes last."""
     from pipeline.models.loading import ModelError, is_out_of_memory, out_of_memory_message
 
     # Said in words, with nothing under them a traceback would add (a model error is raised from None: its cause is
@@ -397,6 +400,11 @@ def failure(run_dir: Path, exc: BaseException) -> str:
         log.error("Run failed: %s", message)
         return _ranked(message)
     log.error("Training failed:\n%s", "".join(traceback.format_exception(exc)))
+    if started is not None and lost_a_peer(exc):
+        cause = wait_for_peer_failure(run_dir, started)
+        if cause:
+            log.error("Run failed on another rank: %s", cause)
+            return cause
     if runs.is_disk_full(exc):
         message = runs.disk_full_message(run_dir, exc)
     elif is_out_of_memory(exc):
@@ -407,6 +415,50 @@ def failure(run_dir: Path, exc: BaseException) -> str:
         message = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
     log.error("Run failed: %s", message)
     return _ranked(message)
+
+
+# What a collective says when the rank at the other end went away (gloo, NCCL, the c10d store).
+_PEER_LOST = ("closed by peer", "reset by peer", "remote worker", "remote process", "broken pipe",
+              "communicator was aborted")
+
+
+def lost_a_peer(exc: BaseException) -> bool:
+    """Whether `exc` (or what it wraps) is a collective that lost another rank, in a multi-rank run.
+
+    >>> os.environ["WORLD_SIZE"] = "2"
+    >>> lost_a_peer(RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1"))
+    True
+    >>> lost_a_peer(ValueError("only rank 1 cannot score this"))
+    False
+    >>> del os.environ["WORLD_SIZE"]
+    >>> lost_a_peer(RuntimeError("Connection closed by peer"))
+    False
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        return False
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        names = {cls.__name__ for cls in type(exc).__mro__}
+        text = str(exc).lower()
+        if "DistNetworkError" in names or any(marker in text for marker in _PEER_LOST):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+PEER_FAILURE_WAIT_S = 15.0
+
+
+def wait_for_peer_failure(run_dir: Path, started: float) -> str | None:
+    """The failure another rank wrote to status.json since `started`, waiting up to PEER_FAILURE_WAIT_S
+    for it (the rank that went away writes its reason before it exits, but the exit may be seen first)."""
+    deadline = time.monotonic() + PEER_FAILURE_WAIT_S
+    while True:
+        cause = failure_since(run_dir, started)
+        if cause or time.monotonic() >= deadline:
+            return cause
+        time.sleep(0.2)
 
 
 def _ranked(message: str) -> str:

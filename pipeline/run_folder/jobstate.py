@@ -175,6 +175,16 @@ def write_status(run_dir: str | Path, state: str, writer: str | None = None, **f
     return write_state(run_dir, jobs.TRAIN.status_file, writer, state, **fields)
 
 
+def failure_since(run_dir: str | Path, since: float, name: str = jobs.TRAIN.status_file) -> str | None:
+    """The error of a failure written to state file `name` at or after `since` (by another process of the
+    same job, such as another trainer rank), or None."""
+    status = _read_json(Path(run_dir) / name) or {}
+    ended = status.get("ended_at")
+    if status.get("state") == "failed" and status.get("error") and ended is not None and ended >= since:
+        return str(status["error"])
+    return None
+
+
 def launcher(run_dir: str | Path) -> dict | None:
     return _read_json(Path(run_dir) / jobs.TRAIN.launcher_file)
 
@@ -309,6 +319,8 @@ def _end(job: JobWorker, state: str, error: str | None, write: bool, ending: Cal
     job.state, job.error, job.exit_code = state, error, 130 if state == "stopped" else 1
     if not write:
         return
+    if state == "stopped" and failure_since(job.run_dir, job.started, job.job.status_file):
+        return  # another process of this job (a trainer rank) failed first: the run failed, and says why
     try:
         job.write(state, error=error, ended_at=time.time(), **ending())
     except OSError as exc:  # a full disk may refuse even this; the app then reads the dead pid as a crash
