@@ -28,6 +28,15 @@ def run_names() -> list[str]:
     return [p.name for p in runs.iter_run_dirs()]
 
 
+NO_RUNS = ("**No runs yet.** Set up a run above and press **Start**. Every run you start is listed here, with its "
+           "steps, reward and state: resume, evaluate or delete it, and tick two or more to overlay their curves.")
+
+
+def runs_hint() -> gr.Markdown:
+    """The Runs panel's empty state: what to do first, shown only while there is no run."""
+    return gr.Markdown(visible=not run_names())
+
+
 def run_path(name: str | None) -> Path | None:
     return runs.resolve_run(name)
 

@@ -21,8 +21,8 @@ from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, reward_rows
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
 from ui.runs_panel import (
-    compare_runs, delete_run, eval_view, evaluate_run, overlay_colors, overlay_labels, refresh_runs, resume_training,
-    runs_table, stop_evaluation, stop_push, stop_training,
+    NO_RUNS, compare_runs, delete_run, eval_view, evaluate_run, overlay_colors, overlay_labels, refresh_runs,
+    resume_training, runs_hint, runs_table, stop_evaluation, stop_push, stop_training,
 )
 from ui.train_form import (
     CLOSE_SETTINGS_JS, UPLOAD_TYPES, fill_preset, hyper_component, make_scanner, preview_dataset, reward_docs,
@@ -161,6 +161,7 @@ def build(ctx: TabContext) -> Tab:
         with gr.Accordion("Runs", open=True):
             with gr.Row():
                 refresh_btn = gr.Button("Refresh list", size="sm")
+            runs_empty = gr.Markdown(NO_RUNS, visible=False, elem_id="runs-empty")
             table = gr.Dataframe(runs_table(), interactive=False, label="All runs", elem_id="runs-table")
             with gr.Row():
                 with gr.Column():
@@ -209,6 +210,13 @@ def build(ctx: TabContext) -> Tab:
         live_outputs = {name: shown[name] for names in PART_OUTPUTS.values() for name in names}
         live_inputs = [run_select, group_step, probe_pick, action_run, token_mode, moved_parts]
 
+        listed = [run_select, table, compare, action_run]
+
+        def then_refresh(event):
+            """After `event` (a run started, resumed or deleted): the runs list, then the panel's empty state."""
+            event.then(refresh_runs, run_select, listed).then(runs_hint, None, runs_empty, show_progress="hidden",
+                                                              api_visibility="private")
+
         source.change(lambda s: (gr.Group(visible=SOURCES[s] == "file"), gr.Group(visible=SOURCES[s] == "hub")),
                       source, [file_box, hub_box])
         upload.upload(store_upload, upload, [stored_path, prompt_col, answer_col, upload_msg])
@@ -224,9 +232,8 @@ def build(ctx: TabContext) -> Tab:
                        concurrency_id="model", concurrency_limit=1, api_name="learnability_scan")
         cmd_btn.click(lambda: gr.Code(visible=True), None, command, queue=False, api_visibility="private").then(
             show_command, [allow, nproc], command, inputs_kwargs=form)
-        start_btn.click(start_training, [allow, nproc], [run_select, message], inputs_kwargs=form,
-                        concurrency_limit=1, concurrency_id="start").then(
-            refresh_runs, run_select, [run_select, table, compare, action_run])
+        then_refresh(start_btn.click(start_training, [allow, nproc], [run_select, message], inputs_kwargs=form,
+                                     concurrency_limit=1, concurrency_id="start"))
         stop_btn.click(stop_training, [run_select, ops], stop_message)
         # A step picked in the group inspector redraws the groups. Through the API (/refresh) it is the live view's
         # Refresh, every part unless told which.
@@ -236,7 +243,8 @@ def build(ctx: TabContext) -> Tab:
                           js=GROUPS_ONLY_JS, show_progress="hidden", api_visibility="private")
         probe_pick.input(picked_probes, [run_select, probe_pick], probes_panel, show_progress="hidden")
         run_select.change(lambda: "latest", None, probe_pick)
-        refresh_btn.click(refresh_runs, run_select, [run_select, table, compare, action_run])
+        refresh_btn.click(refresh_runs, run_select, listed).then(runs_hint, None, runs_empty, show_progress="hidden",
+                                                                 api_visibility="private")
         # The overlay in three events: its titles, its data, then its colour per run (see compare_runs).
         overlay_map = gr.State({})
         for changed in (compare.change, compare_curve.change):
@@ -244,15 +252,13 @@ def build(ctx: TabContext) -> Tab:
                     api_visibility="private").then(
                 compare_runs, [compare, compare_curve], [compare_plot, overlay_map], api_visibility="private").then(
                 overlay_colors, overlay_map, compare_plot, show_progress="hidden", api_visibility="private")
-        resume_btn.click(resume_training, [action_run, allow, ops], [run_select, action_msg]).then(
-            refresh_runs, run_select, [run_select, table, compare, action_run])
+        then_refresh(resume_btn.click(resume_training, [action_run, allow, ops], [run_select, action_msg]))
         # The evaluation is a runner job: the click returns at once; its files' changes show its progress and result.
         eval_btn.click(evaluate_run, [action_run, ops], action_msg, api_name="evaluate_run").then(
             eval_view, [action_run], eval_box, show_progress="hidden")
         eval_stop_btn.click(stop_evaluation, [action_run, ops], action_msg, api_name="stop_evaluation")
         push_stop_btn.click(stop_push, [action_run, ops], action_msg, api_name="stop_push")
-        delete_btn.click(delete_run, [action_run, confirm, ops], [action_msg, confirm]).then(
-            refresh_runs, run_select, [run_select, table, compare, action_run])
+        then_refresh(delete_btn.click(delete_run, [action_run, confirm, ops], [action_msg, confirm]))
         live_plots = {name: shown[name] for name in PLOTS}
         live_refresh.click(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),
                            js=watch.take_moved_js("live-refresh", len(live_inputs)), show_progress="hidden",
@@ -261,5 +267,6 @@ def build(ctx: TabContext) -> Tab:
             api_visibility="private")
         follow_runs = watch.follow("progress", "live-refresh", tuple(PART_OUTPUTS))
         follow_steering = steer_panel.wire(steer, run_select, allow, ops)
-    return Tab(loads=(PageLoad(refresh_runs, [run_select], [run_select, table, compare, action_run]),),
+    return Tab(loads=(PageLoad(refresh_runs, [run_select], listed),
+                      PageLoad(runs_hint, (), [runs_empty])),
                scripts=(CLOSE_SETTINGS_JS, charts.STEP_TICKS_JS, follow_runs, follow_steering))

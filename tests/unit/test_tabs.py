@@ -51,9 +51,20 @@ def test_every_tab_of_the_app_keeps_the_contract(own_data):
     built = []
     demo = app.build_app(tabs=[lambda ctx, b=b: built.append(b(ctx)) or built[-1] for b in app.tab_builders()])
     assert len(built) == 4 and all(isinstance(tab, Tab) for tab in built)
-    # Train, Chat and RAG each re-read their state from disk on page load; Train adds its four scripts (fold the
-    # settings, label its charts' whole steps, follow the run files for the live view and for the steer panel) and
-    # Chat one (follow a push). The followers share the page's one poll endpoint.
-    assert len([f for f in page_loads(demo) if f.fn is not None]) == 3
+    # Train, Chat and RAG each re-read their state from disk on page load (Train twice: its runs, then the Runs
+    # panel's empty state); Train adds its four scripts (fold the settings, label its charts' whole steps, follow the
+    # run files for the live view and for the steer panel) and Chat one (follow a push). The followers share the
+    # page's one poll endpoint.
+    assert len([f for f in page_loads(demo) if f.fn is not None]) == 4
     assert len([f for f in page_loads(demo) if f.fn is None]) == 5
     assert [f.api_name for f in demo.fns.values()].count("live_stamps") == 1
+
+
+def test_the_runs_panel_says_what_to_do_while_there_is_no_run(own_data):
+    from pipeline.run_folder import runs
+    from ui.runs_panel import NO_RUNS, runs_hint
+
+    assert runs_hint().visible is True and "press **Start**" in NO_RUNS
+    (runs.runs_dir() / "20261127-000000-first").mkdir(parents=True)
+    (runs.runs_dir() / "20261127-000000-first" / "config.json").write_text("{}")
+    assert runs_hint().visible is False
