@@ -122,7 +122,8 @@ def guess_mapping(columns: list[str]) -> dict[str, str | None]:
 
 
 def read_table(path: str | Path, max_rows: int | None = None):
-    """A pandas DataFrame from a CSV/TSV/JSONL file, with file-level problems explained."""
+    """A pandas DataFrame from a CSV (comma, semicolon or tab separated), TSV or JSONL file, with file-level
+    problems explained."""
     import pandas as pd
 
     path = Path(path)
@@ -131,8 +132,11 @@ def read_table(path: str | Path, max_rows: int | None = None):
         if suffix in (".jsonl", ".ndjson"):
             frame = pd.read_json(path, lines=True, nrows=max_rows, dtype=False)
         elif suffix in (".csv", ".tsv", ".txt"):
-            frame = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", nrows=max_rows, dtype=str,
-                                keep_default_na=False)
+            from pipeline.setup.data import csv_delimiter
+
+            with path.open(encoding="utf-8-sig", errors="replace") as head:
+                sep = csv_delimiter(head.readline(), suffix)
+            frame = pd.read_csv(path, sep=sep, nrows=max_rows, dtype=str, keep_default_na=False)
         else:
             raise MovieDataError(f"{path.name}: use a .csv, .tsv or .jsonl file (got '{suffix or 'no extension'}').")
     except MovieDataError:

@@ -63,7 +63,7 @@ def build(ctx: TabContext) -> Tab:
                 model_custom = gr.Textbox(label="…or a hub id / local folder", placeholder="org/name or /path/to/model")
                 source = gr.Radio(list(SOURCES), value="TL;DR (bundled)", label="Prompts")
                 with gr.Group(visible=False) as file_box:
-                    upload = gr.File(label="CSV / JSONL / JSON", file_types=UPLOAD_TYPES,
+                    upload = gr.File(label="CSV / TSV / JSONL / JSON", file_types=UPLOAD_TYPES,
                                      type="filepath")
                     upload_msg = gr.Markdown()
                     with gr.Row():

@@ -45,7 +45,7 @@ def settings_accordion() -> gr.Accordion:
     return gr.Accordion("All settings", open=True, elem_id=SETTINGS_ID)
 
 
-UPLOAD_TYPES = [".csv", ".jsonl", ".json"]
+UPLOAD_TYPES = [".csv", ".tsv", ".jsonl", ".json"]
 
 
 def table_cell(text: str) -> str:

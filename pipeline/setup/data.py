@@ -12,6 +12,7 @@ import io
 import json
 import operator
 import random
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -150,10 +151,40 @@ def movie_rows(system_prompt: str = "") -> list[dict]:
 # ---- user files ---------------------------------------------------------------------------------
 
 
-def read_table(path: str | Path) -> tuple[list[dict], list[str]]:
-    """Rows and column names of a CSV, JSONL or JSON-list file."""
+def shown_name(path: str | Path) -> str:
+    """A file's name as its user knows it: an upload's stored copy (uploads/<8 hex>-name) by the name it was
+    uploaded with.
+
+    >>> shown_name("/data/uploads/a0daf7d6-prompts.csv"), shown_name("/home/me/a0daf7d6-prompts.csv")
+    ('prompts.csv', 'a0daf7d6-prompts.csv')
+    """
     path = Path(path)
-    name = path.name
+    return re.sub(r"^[0-9a-f]{8}-", "", path.name) if path.parent.name == "uploads" else path.name
+
+
+def csv_delimiter(text: str, suffix: str = ".csv") -> str:
+    r"""The column separator of a CSV or TSV file, from its header row: a tab for .tsv; for .csv a comma, or the
+    semicolon, tab or bar that a header without commas holds (spreadsheets in many locales save CSV with ";").
+
+    >>> csv_delimiter("prompt,answer\n"), csv_delimiter("prompt;answer\n"), csv_delimiter("q\ta"), csv_delimiter("q")
+    (',', ';', '\t', ',')
+    >>> csv_delimiter("prompt;answer", ".tsv"), csv_delimiter('"a;b",c\n')
+    ('\t', ',')
+    """
+    if suffix == ".tsv":
+        return "\t"
+    header = next((line for line in text.splitlines() if line.strip()), "")
+    if "," in header:
+        return ","
+    counts = {sep: header.count(sep) for sep in (";", "\t", "|")}
+    best = max(counts, key=counts.get)
+    return best if counts[best] else ","
+
+
+def read_table(path: str | Path) -> tuple[list[dict], list[str]]:
+    """Rows and column names of a CSV (comma, semicolon or tab separated), TSV, JSONL or JSON-list file."""
+    path = Path(path)
+    name = shown_name(path)
     if not path.exists():
         raise DatasetError(f"{name}: file not found.")
     size = path.stat().st_size
@@ -167,9 +198,9 @@ def read_table(path: str | Path) -> tuple[list[dict], list[str]]:
     except UnicodeDecodeError as exc:
         raise DatasetError(f"{name}: can't be read as UTF-8 text (byte {exc.start}). Save it as UTF-8 and retry.") from None
     suffix = path.suffix.lower()
-    if suffix == ".csv":
+    if suffix in (".csv", ".tsv"):
         try:
-            reader = csv.DictReader(io.StringIO(text))
+            reader = csv.DictReader(io.StringIO(text), delimiter=csv_delimiter(text, suffix))
             rows = [dict(r) for r in reader]
         except csv.Error as exc:
             raise DatasetError(f"{name}: malformed CSV ({exc}).") from None
@@ -202,7 +233,7 @@ def read_table(path: str | Path) -> tuple[list[dict], list[str]]:
             raise DatasetError(f"{name}: a .json file must hold a list of objects.")
         rows, columns = obj, list(dict.fromkeys(k for r in obj for k in r))
     else:
-        raise DatasetError(f"{name}: unsupported file type '{suffix}'. Use .csv, .jsonl or .json.")
+        raise DatasetError(f"{name}: unsupported file type '{suffix}'. Use .csv, .tsv, .jsonl or .json.")
     if not rows:
         raise DatasetError(f"{name}: no data rows.")
     return rows, columns
@@ -216,6 +247,9 @@ def _as_prompt(value: Any, system: str, where: str) -> list[dict]:
         if system and msgs[0]["role"] != "system":
             msgs.insert(0, {"role": "system", "content": system})
         return msgs
+    if isinstance(value, dict):  # one message, or a record whose text is a field of it
+        raise DatasetError(f"{where}: the prompt is a JSON object; give it as text, or as a list of "
+                           "{role, content} chat messages.")
     text = "" if value is None else str(value)
     if not text.strip():
         raise DatasetError(f"{where}: the prompt is empty.")
@@ -233,11 +267,11 @@ def rows_from_records(records: list[dict], columns: list[str], spec: DatasetSpec
         )
     rows, empty = [], []
     for i, rec in enumerate(records, 1):
-        try:
-            row = {"prompt": _as_prompt(rec.get(spec.prompt_column), spec.system_prompt, f"{source} row {i}")}
-        except DatasetError:
-            empty.append(i)
+        value = rec.get(spec.prompt_column)
+        if value is None or value == [] or (isinstance(value, str) and not value.strip()):
+            empty.append(i)  # counted, and listed together below
             continue
+        row = {"prompt": _as_prompt(value, spec.system_prompt, f"{source} row {i}")}  # a malformed one: said now
         if spec.answer_column:
             answer = rec.get(spec.answer_column)
             if answer is None or str(answer).strip() == "":
@@ -253,7 +287,7 @@ def rows_from_records(records: list[dict], columns: list[str], spec: DatasetSpec
 
 def file_rows(spec: DatasetSpec) -> list[dict]:
     records, columns = read_table(spec.path)
-    return rows_from_records(records, columns, spec, Path(spec.path).name)
+    return rows_from_records(records, columns, spec, shown_name(spec.path))
 
 
 def hub_rows(spec: DatasetSpec) -> list[dict]:

@@ -53,6 +53,20 @@ def test_csv_with_prompt_and_answer(tmp_path):
                                   {"role": "user", "content": "What is 2+2?"}], "answer": "4"}
 
 
+@pytest.mark.parametrize("name,text", [
+    ("semicolons.csv", "question;gold\nWhat is 2+2?;4\n\"Capital; of France?\";Paris\n"),
+    ("tabs.csv", "question\tgold\nWhat is 2+2?\t4\nCapital; of France?\tParis\n"),
+    ("sheet.tsv", "question\tgold\nWhat is 2+2?\t4\nCapital; of France?\tParis\n"),
+])
+def test_csv_saved_with_semicolons_or_tabs_keeps_its_columns(tmp_path, name, text):
+    """Spreadsheets in many locales save CSV with ';'; a header without commas tells which separator it is."""
+    f = tmp_path / name
+    f.write_text(text, encoding="utf-8")
+    rows = load_rows(_spec(f, prompt_column="question", answer_column="gold"))
+    assert [(r["prompt"][0]["content"], r["answer"]) for r in rows] == [("What is 2+2?", "4"),
+                                                                        ("Capital; of France?", "Paris")]
+
+
 def test_jsonl_with_chat_messages(tmp_path):
     f = tmp_path / "c.jsonl"
     f.write_text(json.dumps({"prompt": [{"role": "user", "content": "hi"}]}) + "\n")
@@ -66,6 +80,7 @@ def test_jsonl_with_chat_messages(tmp_path):
     (b"prompt\n\xff\xfe\xfa\n", "latin.csv", "UTF-8"),
     (b'{"prompt": "a"}\n{"prompt": \n', "torn.jsonl", "line 2 is not valid JSON"),
     (b'["a"]\n', "list.jsonl", "line 1 is not a JSON object"),
+    (b'{"prompt": {"role": "user", "content": "hi"}}\n', "one.jsonl", "the prompt is a JSON object"),
     (b"prompt\nfine\n\n\"\"\n", "blank.csv", "empty prompt"),
     (b"a,b", "data.xlsx", "unsupported file type"),
 ])
@@ -75,6 +90,15 @@ def test_bad_files_name_file_and_problem(tmp_path, content, name, message):
     with pytest.raises(DatasetError) as err:
         load_rows(_spec(f))
     assert name in str(err.value) and message in str(err.value)
+
+
+def test_an_uploads_problems_name_the_file_as_uploaded(tmp_path):
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    f = uploads / "0123abcd-my prompts.csv"
+    f.write_bytes(b"prompt\nfine\n\"\"\n")
+    with pytest.raises(DatasetError, match=r"^my prompts\.csv: 1 row\(s\) have an empty prompt"):
+        load_rows(_spec(f))
 
 
 def test_missing_file(tmp_path):

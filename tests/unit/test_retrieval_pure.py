@@ -136,6 +136,15 @@ def test_csv_rows_are_checked_and_bad_rows_listed(tmp_path):
         movies.read_movies_file(path, mapping, skip_bad=False)
 
 
+def test_a_csv_saved_with_semicolons_is_read_by_its_columns(tmp_path):
+    path = tmp_path / "films.csv"
+    path.write_text("Title;Release Year;Genre;Plot\n"
+                    "Alien;1979;horror;\"A crew finds a creature; it hunts them.\"\n", encoding="utf-8")
+    films, problems = movies.read_movies_file(path)
+    assert [(f.title, f.release_year, f.genre, f.plot) for f in films] == [
+        ("Alien", 1979, "Horror", "A crew finds a creature; it hunts them.")] and problems == []
+
+
 @pytest.mark.parametrize("content, suffix, message", [
     ("", ".csv", "could not be read|no rows"),
     ("title,year\n", ".csv", "no rows"),

@@ -31,12 +31,12 @@ def upload_file(tmp_path, name: str):
     return path
 
 
-@pytest.mark.parametrize("name", ["films.txt", "films.exe", "prompts.tsv"])
+@pytest.mark.parametrize("name", ["films.txt", "films.exe", "prompts.xlsx"])
 def test_train_tab_refuses_other_file_types_itself(own_data, tmp_path, name):
     from ui.train_form import store_upload
 
     stored, prompt_col, answer_col, message = store_upload(str(upload_file(tmp_path, name)))
-    assert message == f"❌ {name}: use a .csv, .jsonl, .json file."
+    assert message == f"❌ {name}: use a .csv, .tsv, .jsonl, .json file."
     assert stored == "" and prompt_col.choices == [] and answer_col.choices == []
     assert stored_uploads(own_data) == []
 
