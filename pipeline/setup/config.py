@@ -387,9 +387,11 @@ class RunConfig:
         elif self.model not in (BUNDLED_MODEL_ID, BUNDLED_LABEL):
             out.extend(_source_problems(self.model, "model"))
         if self.batch_size >= 1 and self.batch_size % max(self.num_generations, 1):  # below 1: its range says so
+            g = max(self.num_generations, 1)
+            below = max(self.batch_size // g * g, g)  # the multiples of G nearest the batch asked for
             out.append(
                 f"Batch size {self.batch_size} is not a multiple of the group size G={self.num_generations}. "
-                f"Use {max(self.num_generations, 1)} or {2 * max(self.num_generations, 1)}."
+                f"Use {below} or {below + g}."
             )
         if not re.fullmatch(r"all-linear|[A-Za-z0-9_.]+(\s*,\s*[A-Za-z0-9_.]+)*", self.lora_target_modules.strip()):
             out.append("LoRA target modules: 'all-linear' or a comma list such as 'q_proj,v_proj'.")

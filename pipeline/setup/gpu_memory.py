@@ -54,6 +54,7 @@ class ModelShape:
     tied: bool
     qkv_bias: bool = False  # Qwen2 has biases on the query, key and value projections
     head_dim: int = 0  # 0 = hidden / heads
+    context: int = 0  # max_position_embeddings: the longest prompt + completion it was trained for (0: not stated)
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelShape":
@@ -67,7 +68,8 @@ class ModelShape:
                        intermediate=int(config["intermediate_size"]), vocab=int(config["vocab_size"]),
                        tied=bool(config.get("tie_word_embeddings", False)),
                        qkv_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")),
-                       head_dim=int(config.get("head_dim") or 0))
+                       head_dim=int(config.get("head_dim") or 0),
+                       context=int(config.get("max_position_embeddings") or 0))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"config.json lacks the numbers a memory estimate needs ({exc})") from None
 
@@ -115,15 +117,15 @@ class ModelShape:
         return self.vocab * self.hidden * (1 if self.tied else 2) + biases + norms
 
 
-def _shape(hidden, layers, heads, kv_heads, intermediate, vocab, tied, qkv_bias):
-    return ModelShape(hidden, layers, heads, kv_heads, intermediate, vocab, tied, qkv_bias)
+def _shape(hidden, layers, heads, kv_heads, intermediate, vocab, tied, qkv_bias, context):
+    return ModelShape(hidden, layers, heads, kv_heads, intermediate, vocab, tied, qkv_bias, context=context)
 
 
 # Published configs (the models' config.json on the Hub), so catalog models are estimated offline too.
-_SMOLLM2_135M = _shape(576, 30, 9, 3, 1536, 49152, True, False)
-_QWEN25_05B = _shape(896, 24, 14, 2, 4864, 151936, True, True)
-_QWEN25_15B = _shape(1536, 28, 12, 2, 8960, 151936, True, True)
-_QWEN25_7B = _shape(3584, 28, 28, 4, 18944, 152064, False, True)
+_SMOLLM2_135M = _shape(576, 30, 9, 3, 1536, 49152, True, False, 8192)
+_QWEN25_05B = _shape(896, 24, 14, 2, 4864, 151936, True, True, 32768)
+_QWEN25_15B = _shape(1536, 28, 12, 2, 8960, 151936, True, True, 32768)
+_QWEN25_7B = _shape(3584, 28, 28, 4, 18944, 152064, False, True, 32768)
 KNOWN_SHAPES: dict[str, ModelShape] = {
     "HuggingFaceTB/SmolLM2-135M-Instruct": _SMOLLM2_135M, "HuggingFaceTB/SmolLM2-135M": _SMOLLM2_135M,
     "Qwen/Qwen2.5-0.5B-Instruct": _QWEN25_05B, "Qwen/Qwen2.5-0.5B": _QWEN25_05B,

@@ -53,9 +53,10 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
         try:
             check_prompt_budget(train, count, cfg.max_prompt_tokens, cfg.dataset.source)
             longest = max(count(r["prompt"]) for r in train)
-            checks.append(Check("budget", True, f"Longest prompt is {longest} tokens, within the "
-                                                f"{cfg.max_prompt_tokens}-token budget; completions add up to "
-                                                f"{cfg.max_completion_length} more."))
+            too_long = context_problem(longest, cfg.max_completion_length, model_context(cfg.model))
+            checks.append(Check("budget", False, too_long) if too_long else Check(
+                "budget", True, f"Longest prompt is {longest} tokens, within the {cfg.max_prompt_tokens}-token "
+                                f"budget; completions add up to {cfg.max_completion_length} more."))
         except DatasetError as exc:
             checks.append(Check("budget", False, str(exc)))
     if not problems:
@@ -111,6 +112,34 @@ def trainer_check(cfg: RunConfig) -> Check:
     if problems:
         return Check("trainer", False, " ".join(problems))
     return Check("trainer", True, f"{device}, {precision}: TRL accepts these GRPO settings.")
+
+
+def model_context(model_id: str) -> int:
+    """The model's context length from its config.json (max_position_embeddings); 0 when it is not known."""
+    from pipeline.setup import gpu_memory
+
+    shape, _ = gpu_memory.model_shape(model_id)
+    return shape.context if shape is not None else 0
+
+
+def context_problem(longest_prompt: int, completion_tokens: int, context: int) -> str | None:
+    """Why the longest prompt and a full completion do not fit the model's context, or None (also when the
+    context is not known).
+
+    >>> context_problem(251, 32, 8192) is None, context_problem(251, 32, 0) is None
+    (True, True)
+    >>> context_problem(251, 100000, 8192)
+    "The longest prompt (251 tokens) and a full completion (100000 tokens) come to 100251 tokens, over the model's \
+context of 8192: it was never trained on positions that far. Set max completion tokens to 7941 or less."
+    """
+    if not context or longest_prompt + completion_tokens <= context:
+        return None
+    room = context - longest_prompt
+    fix = (f"Set max completion tokens to {room} or less." if room > 0 else
+           "Shorten the prompts or lower the prompt token budget, then set max completion tokens.")
+    return (f"The longest prompt ({longest_prompt} tokens) and a full completion ({completion_tokens} tokens) come "
+            f"to {longest_prompt + completion_tokens} tokens, over the model's context of {context}: it was never "
+            f"trained on positions that far. {fix}")
 
 
 def memory_check(cfg: RunConfig, prompt_tokens: int | None = None, device: str | None = None,

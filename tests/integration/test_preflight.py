@@ -32,6 +32,10 @@ def test_each_problem_is_named(bundled_model_dir, tmp_path):
     checks = by_name(preflight(RunConfig(max_prompt_tokens=20)))
     assert not checks["budget"].ok and "20-token budget" in checks["budget"].message
 
+    checks = by_name(preflight(RunConfig(max_completion_length=9000)))  # the bundled model's context is 8192
+    assert not checks["budget"].ok and "over the model's context of 8192" in checks["budget"].message
+    assert "Set max completion tokens to 7941 or less" in checks["budget"].message  # the longest prompt is 251
+
 
 def test_a_reward_that_raises_on_a_sample_is_caught(bundled_model_dir):
     code = "def reward(completions, **kwargs):\n    return [len(c) / 0 for c in completions]\n"

@@ -33,6 +33,9 @@ def test_json_round_trip():
 def test_batch_must_be_multiple_of_group():
     problems = RunConfig(num_generations=4, batch_size=6).problems()
     assert any("multiple of the group size" in p for p in problems)
+    # The fix offered is the multiples of G on either side of the batch asked for.
+    assert any(p.endswith("Use 8 or 12.") for p in RunConfig(num_generations=4, batch_size=10).problems())
+    assert any(p.endswith("Use 4 or 8.") for p in RunConfig(num_generations=4, batch_size=3).problems())
 
 
 def test_unknown_fields_are_named():

@@ -88,7 +88,8 @@ def test_activations_grow_with_batch_and_completions_and_shrink_with_checkpointi
 
 def test_config_numbers_are_read_like_transformers_configs():
     qwen = {"model_type": "qwen2", "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,
-            "num_key_value_heads": 2, "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True}
+            "num_key_value_heads": 2, "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True,
+            "max_position_embeddings": 32768}
     assert ModelShape.from_config(qwen) == KNOWN_SHAPES["Qwen/Qwen2.5-0.5B-Instruct"]
     assert ModelShape.from_config({"text_config": qwen}).parameters() == 494_032_768
     with pytest.raises(ValueError, match="lacks the numbers"):
