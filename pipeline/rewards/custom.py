@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
+from pipeline.rewards.errors import RewardFunctionError
 from pipeline.rewards.text import completion_text
 
 # What the rewards table offers to edit: a reward that runs and scores everything 0.
@@ -55,7 +56,11 @@ class CustomPython:
         self.code, self.__name__ = code, name
         self.max_value = None  # unknown: evaluation reports a plain delta
         namespace: dict[str, Any] = {}
-        exec(compile(code, f"<custom reward {name}>", "exec"), namespace)  # noqa: S102 - opt-in only
+        try:
+            compiled = compile(code, f"<custom reward {name}>", "exec")
+        except SyntaxError as exc:
+            raise ValueError(f"custom reward code has a syntax error on line {exc.lineno}: {exc.msg}") from None
+        exec(compiled, namespace)  # noqa: S102 - opt-in only
         fn = namespace.get("reward")
         if not callable(fn):
             raise ValueError("custom reward code must define a function named 'reward(completions, **kwargs)'")
@@ -63,7 +68,12 @@ class CustomPython:
 
     def __call__(self, completions, **kwargs) -> list[float]:
         texts = [completion_text(c) for c in completions]
-        return list(self._fn(texts, **kwargs))
+        values = self._fn(texts, **kwargs)
+        try:
+            return list(values)  # a generator or a tuple is fine
+        except TypeError:
+            raise RewardFunctionError(f"returned {type(values).__name__}, not a list of numbers (one per "
+                                      "completion)") from None
 
     @staticmethod
     def check(code: str) -> None:

@@ -55,9 +55,9 @@ class GuardedReward:
         try:
             values = list(values)
         except TypeError:
-            return None, f"returned {type(values).__name__}, not a list of numbers", list(range(n))
+            return None, f"returned {type(values).__name__}, not a list of numbers (one per completion)", []
         if len(values) != n:
-            return None, f"returned {len(values)} values for {n} completions", list(range(n))
+            return None, f"returned {len(values)} values for {n} completions: return one number per completion", []
         out, bad = [], []
         for i, v in enumerate(values):
             if v is None:
@@ -113,14 +113,17 @@ class GuardedReward:
             idx = self._find_offender(completions, kwargs)
             where = f" on completion #{idx}: \"{_preview(completions[idx])}\"" if idx is not None else ""
             msg = f"Reward '{self.__name__}' raised {type(exc).__name__}: {exc}{where}"
+            if isinstance(exc, KeyError) and kwargs:  # most often a dataset column the run does not have
+                msg += f" (the keyword arguments it gets: {', '.join(sorted(kwargs))})"
             if self.policy == "fail":
                 raise RewardFunctionError(msg) from exc
             return self._score_one_by_one(completions, kwargs, msg)
         checked, problem, bad = self._check_values(values, n)
         if problem:
-            first = bad[0] if bad else 0
-            msg = f"Reward '{self.__name__}' {problem}; first bad completion #{first}: \"{_preview(completions[first])}\""
-            return self._fail_or_skip(msg, n, bad, checked)
+            msg = f"Reward '{self.__name__}' {problem}"
+            if bad:  # some values were bad; otherwise the whole answer was (its type or length)
+                msg += f"; first bad completion #{bad[0]}: \"{_preview(completions[bad[0]])}\""
+            return self._fail_or_skip(msg, n, bad or range(n), checked)
         return checked
 
     def _slice_kwargs(self, kwargs: dict, i: int, n: int) -> dict:

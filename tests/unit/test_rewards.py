@@ -111,8 +111,24 @@ def test_guard_rejects_non_finite_values(bad):
 def test_guard_rejects_wrong_count():
     fn = lambda completions, **kw: [1.0]  # noqa: E731
     fn.__name__ = "short"
-    with pytest.raises(RewardFunctionError, match="returned 1 values for 3"):
+    with pytest.raises(RewardFunctionError, match="returned 1 values for 3 completions: return one number per completion$"):
         GuardedReward(fn)(["a", "b", "c"])
+
+
+def test_guard_says_what_a_reward_returned_that_is_not_a_list():
+    fn = lambda completions, **kw: None  # noqa: E731
+    fn.__name__ = "forgot_return"
+    with pytest.raises(RewardFunctionError, match="forgot_return' returned NoneType, not a list of numbers"):
+        GuardedReward(fn)(["a", "b"])
+    assert GuardedReward(fn, policy="skip")(["a", "b"]) == [None, None]
+
+
+def test_a_missing_column_names_the_keyword_arguments_the_reward_gets():
+    def needs_answer(completions, **kw):
+        return [float(a) for a in kw["answer"]]
+
+    with pytest.raises(RewardFunctionError, match=r"raised KeyError: 'answer'.*it gets: prompts, source\)$"):
+        GuardedReward(needs_answer)(["a", "b"], prompts=["p", "p"], source=["s", "s"])
 
 
 def test_build_rewards_unique_names_and_weights():
@@ -191,3 +207,15 @@ def test_the_reward_bench_scores_its_own_example_with_the_default_rewards():
     assert {"length_target", "token_diversity", "post_similarity"} <= set(table.columns)
     on_topic = table["post_similarity"].iloc[1]  # "TL;DR: barking dog, two polite talks failed; ask the landlord"
     assert on_topic > table["post_similarity"].iloc[2]  # "dog dog dog dog dog dog"
+
+
+def test_custom_code_errors_read_as_what_to_fix():
+    from pipeline.rewards.custom import CustomPython
+
+    with pytest.raises(ValueError, match="syntax error on line 1: expected ':'"):
+        CustomPython("def reward(completions, **kw)\n    return [0.0]\n")
+    forgot = GuardedReward(CustomPython("def reward(completions, **kw):\n    print(completions)\n"))
+    with pytest.raises(RewardFunctionError, match=r"returned NoneType, not a list of numbers \(one per completion\)"):
+        forgot(["a", "b"])
+    assert GuardedReward(CustomPython("def reward(completions, **kw):\n    return (1.0 for _ in completions)\n"))(
+        ["a", "b"]) == [1.0, 1.0]
