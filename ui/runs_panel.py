@@ -15,7 +15,7 @@ from pipeline.run_folder import run_files, runs
 from pipeline.run_folder.jobs import EVAL_LIMIT
 from pipeline.models.loading import gpu_count
 from pipeline.setup import steering
-from ui import charts, steer_view, views
+from ui import charts, compare_view, steer_view, views
 from ui.tab import acting
 
 
@@ -101,6 +101,12 @@ def compare_runs(selected: list[str], curve: str | None = charts.DEFAULT_COMPARE
     # The axis starts at 0 for every curve: a plot whose x limits change in the same update as its data is drawn
     # again with its old data (as for its title, see overlay_labels), so switching to held-out keeps the same start.
     return plot(frame, charts.step_axis(None, steps), visible=bool(rows)), charts.series_colors(frame) or {}
+
+
+def compare_settings(selected: list[str] | None) -> str:
+    """The settings that differ between the ticked runs (ui/compare_view.py), beside the overlay."""
+    paths = {name: p for name in selected or [] if (p := run_path(name))}
+    return compare_view.settings_diff_html({name: runs.effective_config(p) for name, p in paths.items()})
 
 
 def overlay_colors(colors: dict | None) -> Any:

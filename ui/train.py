@@ -17,12 +17,13 @@ from pipeline.models.loading import catalog_choices, gpu_count
 from pipeline.training.preflight import SCAN_PROMPTS
 from pipeline.setup.presets import PRESETS
 from ui import charts, probes_view, steer_panel, token_views, views, watch
+from ui.compare_view import COMPARE_EMPTY
 from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, reward_rows
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
 from ui.runs_panel import (
-    NO_RUNS, compare_runs, delete_run, eval_view, evaluate_run, overlay_colors, overlay_labels, refresh_runs,
-    resume_training, runs_hint, runs_table, stop_evaluation, stop_push, stop_training,
+    NO_RUNS, compare_runs, compare_settings, delete_run, eval_view, evaluate_run, overlay_colors, overlay_labels,
+    refresh_runs, resume_training, runs_hint, runs_table, stop_evaluation, stop_push, stop_training,
 )
 from ui.train_form import (
     CLOSE_SETTINGS_JS, UPLOAD_TYPES, fill_preset, hyper_component, make_scanner, preview_dataset, reward_docs,
@@ -176,6 +177,7 @@ def build(ctx: TabContext) -> Tab:
                                                title=charts.COMPARE_TITLE, height=240, elem_id="compare-plot",
                                                y_title=charts.CHART_Y_TITLES["compare"],
                                                **charts.STEP_CHART)
+                    compared = gr.HTML(COMPARE_EMPTY, elem_id="compare-settings")
                 with gr.Column():
                     action_run = gr.Dropdown(label="Run", choices=[], elem_id="action-run")
                     with gr.Row():
@@ -245,6 +247,7 @@ def build(ctx: TabContext) -> Tab:
         run_select.change(lambda: "latest", None, probe_pick)
         refresh_btn.click(refresh_runs, run_select, listed).then(runs_hint, None, runs_empty, show_progress="hidden",
                                                                  api_visibility="private")
+        compare.change(compare_settings, compare, compared, show_progress="hidden", api_visibility="private")
         # The overlay in three events: its titles, its data, then its colour per run (see compare_runs).
         overlay_map = gr.State({})
         for changed in (compare.change, compare_curve.change):

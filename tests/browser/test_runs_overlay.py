@@ -14,11 +14,12 @@ pytestmark = [pytest.mark.browser]
 
 @pytest.fixture
 def two_runs(studio_data):
-    """Two finished runs with train metrics and held-out probes (step 0 is the base model's)."""
+    """Two finished runs with train metrics and held-out probes (step 0 is the base model's), trained at different
+    learning rates."""
     made = []
-    for label, gain in (("overlay-a", 1.0), ("overlay-b", 3.0)):
+    for label, gain, lr in (("overlay-a", 1.0, 3e-4), ("overlay-b", 3.0, 1e-3)):
         run_dir = runs.new_run_dir(label)
-        runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=4).to_dict())
+        runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=4, learning_rate=lr).to_dict())
         for step in range(1, 5):
             runs.append_jsonl(run_dir / "metrics.jsonl", {"step": step, "reward": gain * step, "kl": 0.01 * step})
         for step in (0, 2, 4):
@@ -41,6 +42,11 @@ def test_ticked_runs_overlay_the_curve_picked(page, app_url, two_runs):
         expect(overlay).to_contain_text(run_dir.name, timeout=30_000)
     expect(overlay).to_contain_text("Train reward by run")
     expect(overlay).to_contain_text(two_runs[0].name)
+    # Beside the curves, what was changed between the runs: their learning rates, and nothing else.
+    settings = page.locator("#compare-settings")
+    expect(settings).to_contain_text("Settings that differ (1)", timeout=10_000)
+    expect(settings.locator("tr", has_text="learning_rate")).to_contain_text("0.0003")
+    expect(settings.locator("tr", has_text="learning_rate")).to_contain_text("0.001")
     page.locator("#compare-curve").get_by_text("Held-out reward", exact=True).click()
     expect(overlay).to_contain_text("Held-out reward by run", timeout=30_000)
     expect(overlay).to_contain_text("held-out total reward")  # the y axis says what is drawn
