@@ -119,7 +119,7 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
         frames = {"reward_plot": charts.with_markers(charts.reward_frame(metrics), markers),
                   **{f"plot_{key}": charts.with_markers(charts.metric_frame(metrics, key), markers,
                                                         charts.CHART_Y_LIMITS.get(key)) for key in charts.CHARTS}}
-        out.update({"health": views.health_html(metrics, snap.evals),
+        out.update({"health": views.health_html(metrics, snap.evals, cfg.to_dict() if cfg else None),
                     **{name: plot(frame, lim) for name, frame in frames.items()}})
         out["plot_colors"] = {name: charts.series_colors(frame) for name, frame in frames.items()}
     if parts & {"groups", "tokens"}:

@@ -92,8 +92,8 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
     )
 
 
-def health_html(rows: list[dict], evals: list[dict] | None = None) -> str:
-    warnings = health_warnings(rows, evals)
+def health_html(rows: list[dict], evals: list[dict] | None = None, config: dict | None = None) -> str:
+    warnings = health_warnings(rows, evals, config)
     extra = rows[-1].get("warnings") if rows else None
     if not warnings and not extra:
         return "<div class='gs-ok'>No warning signs so far.</div>" if rows else ""

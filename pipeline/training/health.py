@@ -135,11 +135,16 @@ def reward_hacking(rows: list[dict]) -> Warning_ | None:
         f"tighten {up} or give {down} a weight, or lower the learning rate or raise beta.")
 
 
+def _trained_length_reward(rows: list[dict]) -> str | None:
+    """The name of the length reward the run trains (weight > 0), or None."""
+    return next((n for n, w in reward_weights(rows).items() if w > 0 and n.startswith("length_target")), None)
+
+
 def _length_reward_progress(rows: list[dict]) -> tuple[str, float | None, float | None] | None:
     """The trained length reward (weight > 0) and its mean over the run's first and last WINDOW steps, when it is
     moving completions toward its target (its mean rose; (name, None, None) while the run is too young to say).
     None when no length reward is trained, or it is not rising."""
-    name = next((n for n, w in reward_weights(rows).items() if w > 0 and n.startswith("length_target")), None)
+    name = _trained_length_reward(rows)
     if name is None:
         return None
     vals = [v for r in rows if isinstance(v := ((r.get("rewards") or {}).get(name) or {}).get("mean"), (int, float))
@@ -150,9 +155,41 @@ def _length_reward_progress(rows: list[dict]) -> tuple[str, float | None, float 
     return (name, first, last) if last > first else None
 
 
-def clipped_completions(rows: list[dict]) -> Warning_ | None:
+# About how much text a token holds, in English with the BPE tokenizers of the models people train here: enough to
+# tell a length target far above the completion cap from one below it.
+CHARS_PER_TOKEN = 4.0
+WORDS_PER_TOKEN = 0.75
+
+
+def length_targets(config: dict | None) -> tuple[dict[str, float], int | None]:
+    """From a run's config: each length_target reward's target in tokens (about), keyed by its name in the metrics
+    (a second one is length_target_2), and max_completion_length.
+
+    >>> length_targets({"max_completion_length": 32, "rewards": [
+    ...     {"name": "length_target", "params": {"target": 50}},
+    ...     {"name": "length_target", "params": {"target": 60, "unit": "words"}}]})
+    ({'length_target': 12.5, 'length_target_2': 80.0}, 32)
+    """
+    if not config:
+        return {}, None
+    seen: dict[str, int] = {}
+    out = {}
+    for spec in config.get("rewards") or []:
+        name = spec.get("name")
+        seen[name] = seen.get(name, 0) + 1
+        if name == "length_target":
+            params = spec.get("params") or {}
+            target = float(params.get("target", 50))
+            per_token = WORDS_PER_TOKEN if params.get("unit") == "words" else CHARS_PER_TOKEN
+            out[name if seen[name] == 1 else f"{name}_{seen[name]}"] = target / per_token
+    cap = config.get("max_completion_length")
+    return out, int(cap) if isinstance(cap, (int, float)) else None
+
+
+def clipped_completions(rows: list[dict], config: dict | None = None) -> Warning_ | None:
     """Most completions hit max_completion_length over the last WINDOW steps. A run that trains a length reward
-    which is shortening them gets a note, not a warning: the cut-off share is what that reward is fixing.
+    which is shortening them gets a note, not a warning: the cut-off share is what that reward is fixing. With the
+    run's `config`, a length target at or above the cap is a warning of its own: that reward asks for longer answers.
 
     >>> cut = [{"step": s, "clipped_ratio": 0.7, "reward_weights": {"length_target": 1.0},
     ...         "rewards": {"length_target": {"mean": -80.0 + 5 * s}}} for s in range(1, 7)]
@@ -165,6 +202,14 @@ def clipped_completions(rows: list[dict]) -> Warning_ | None:
     if not (clipped and len(clipped) >= min(WINDOW, len(rows)) and min(clipped) > CLIPPED_LIMIT):
         return None
     share = f"{clipped[-1]:.0%} of completions hit max_completion_length"
+    targets, cap = length_targets(config)
+    name = _trained_length_reward(rows)
+    if name is not None and cap and targets.get(name, 0.0) >= cap:
+        return Warning_(
+            "clipped", f"Completions are cut off, and {name} asks for longer ones",
+            f"{share}. {name}'s target is about {targets[name]:.0f} tokens, at or above max_completion_length "
+            f"({cap}): every completion falls short of it, so this reward pushes them longer, not shorter.",
+            "Raise max_completion_length above the target, or lower the target.")
     progress = _length_reward_progress(rows)
     if progress is None:
         return Warning_("clipped", "Completions are cut off", f"{share}, so their endings are never scored.",
@@ -178,9 +223,10 @@ def clipped_completions(rows: list[dict]) -> Warning_ | None:
         "If more than half are still cut off near the end of the run, raise max_completion_length.", level="note")
 
 
-def health_warnings(rows: list[dict], evals: list[dict] | None = None) -> list[Warning_]:
+def health_warnings(rows: list[dict], evals: list[dict] | None = None, config: dict | None = None) -> list[Warning_]:
     """Warnings for the latest steps. Needs WINDOW steps before judging trends (and PROBE_WINDOW
-    probes, from evals.jsonl, before comparing train and held-out reward).
+    probes, from evals.jsonl, before comparing train and held-out reward). `config` (the run's, as a dict) lets
+    the cut-off check weigh a length target against the completion cap.
 
     >>> rows = [{"step": i, "reward_std": 0.0, "frac_reward_zero_std": 1.0, "kl": 0.01} for i in range(1, 4)]
     >>> [w.key for w in health_warnings(rows)]
@@ -206,7 +252,7 @@ def health_warnings(rows: list[dict], evals: list[dict] | None = None) -> list[W
             "kl_high", "KL is high",
             f"KL to the reference model is {kls[-1]:.2f} (> {KL_LIMIT}): the policy is drifting far from the base model.",
             "Lower the learning rate or raise beta."))
-    clipped = clipped_completions(rows)
+    clipped = clipped_completions(rows, config)
     if clipped:
         out.append(clipped)
     ent = [r["entropy"] for r in rows if isinstance(r.get("entropy"), (int, float))]

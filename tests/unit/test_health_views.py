@@ -49,6 +49,21 @@ def test_clipped_completions():
     assert keys([row(i, clipped_ratio=0.9) for i in range(1, 4)]) == ["clipped"]
 
 
+def test_a_length_target_above_the_completion_cap_is_a_warning_of_its_own():
+    """length_target rewards answers near its target: with the target past the cap, every cut-off completion is
+    short of it, so the reward pushes them longer. The run's config says so from the first steps."""
+    from pipeline.setup.config import RewardSpec, RunConfig
+
+    young = [row(i, clipped_ratio=0.9, reward_weights={"length_target": 1.0}) for i in (1, 2, 3)]
+    fine = RunConfig().to_dict()  # 50 characters (about 12 tokens) under a 32-token cap
+    far = RunConfig(rewards=[RewardSpec("length_target", 1.0, {"target": 500})]).to_dict()  # about 125 tokens
+    assert health_warnings(young, config=fine)[0].level == "note"
+    warning = health_warnings(young, config=far)[0]
+    assert (warning.key, warning.level) == ("clipped", "warn") and "asks for longer ones" in warning.title
+    assert "about 125 tokens, at or above max_completion_length (32)" in warning.detail
+    assert "Raise max_completion_length above the target" in views.health_html(young, config=far)
+
+
 def test_entropy_collapse_relative_and_absolute():
     rows = [row(1, entropy=2.0)] + [row(i, entropy=0.3) for i in range(2, 5)]
     assert keys(rows) == ["entropy_collapse"]
