@@ -109,6 +109,24 @@ def compare_settings(selected: list[str] | None) -> str:
     return compare_view.settings_diff_html({name: runs.effective_config(p) for name, p in paths.items()})
 
 
+def metrics_download(run_name: str | None) -> tuple[Any, str]:
+    """The picked run's numbers as a CSV, a row per step (pipeline/run_folder/metrics_table.py), to download."""
+    from pipeline.run_folder.metrics_table import metrics_csv
+
+    path = run_path(run_name)
+    if path is None:
+        return gr.File(visible=False), "Pick a run to download its metrics."
+    metrics, evals = runs.read_metrics(path), runs.read_evals(path)
+    if not metrics and not evals:
+        return gr.File(visible=False), f"{path.name} has no steps yet: its metrics appear after the first one."
+    out = runs.data_dir() / "exports" / f"{path.name}-metrics.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(metrics_csv(metrics, evals), encoding="utf-8")
+    steps = len({r["step"] for r in metrics if isinstance(r.get("step"), int)})
+    return gr.File(value=str(out), visible=True), (f"✓ {out.name}: {steps} steps, and {len(evals)} held-out "
+                                                    f"probes in `heldout/` columns (step 0 is the base model).")
+
+
 def overlay_colors(colors: dict | None) -> Any:
     """The overlay's last event: its colour per run, after the data (see compare_runs)."""
     return gr.LinePlot(color_map=colors or None)

@@ -22,8 +22,8 @@ from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, reward_rows
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
 from ui.runs_panel import (
-    NO_RUNS, compare_runs, compare_settings, delete_run, eval_view, evaluate_run, overlay_colors, overlay_labels,
-    refresh_runs, resume_training, runs_hint, runs_table, stop_evaluation, stop_push, stop_training,
+    NO_RUNS, compare_runs, compare_settings, delete_run, eval_view, evaluate_run, metrics_download, overlay_colors,
+    overlay_labels, refresh_runs, resume_training, runs_hint, runs_table, stop_evaluation, stop_push, stop_training,
 )
 from ui.train_form import (
     CLOSE_SETTINGS_JS, UPLOAD_TYPES, fill_preset, hyper_component, make_scanner, preview_dataset, reward_docs,
@@ -186,6 +186,9 @@ def build(ctx: TabContext) -> Tab:
                     with gr.Row():  # the jobs' own stops, under the buttons that start them
                         eval_stop_btn = gr.Button("Stop evaluation", size="sm", elem_id="eval-stop-btn")
                         push_stop_btn = gr.Button("Stop push", size="sm", elem_id="push-stop-btn")
+                    metrics_btn = gr.Button("Download metrics (CSV)", size="sm", elem_id="metrics-btn")
+                    metrics_file = gr.File(label="Metrics, a row per step", visible=False, interactive=False,
+                                           elem_id="metrics-file")
                     with gr.Row():
                         confirm = gr.Checkbox(label="Yes, delete it", value=False)
                         delete_btn = gr.Button("Delete", variant="stop")
@@ -261,6 +264,9 @@ def build(ctx: TabContext) -> Tab:
             eval_view, [action_run], eval_box, show_progress="hidden")
         eval_stop_btn.click(stop_evaluation, [action_run, ops], action_msg, api_name="stop_evaluation")
         push_stop_btn.click(stop_push, [action_run, ops], action_msg, api_name="stop_push")
+        metrics_btn.click(metrics_download, action_run, [metrics_file, action_msg], api_visibility="private")
+        action_run.change(lambda: gr.File(visible=False), None, metrics_file, show_progress="hidden",
+                          api_visibility="private")  # the file shown was another run's
         then_refresh(delete_btn.click(delete_run, [action_run, confirm, ops], [action_msg, confirm]))
         live_plots = {name: shown[name] for name in PLOTS}
         live_refresh.click(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),

@@ -1,5 +1,5 @@
-"""The Runs panel's settings comparison: what differs between the runs ticked in the overlay, read from their
-run folders (config.json plus the launches' overrides)."""
+"""The Runs panel, read from run folders: the settings that differ between the runs ticked in the overlay
+(config.json plus the launches' overrides), and a run's numbers downloaded as one CSV."""
 
 import dataclasses
 
@@ -52,3 +52,31 @@ def test_custom_reward_code_is_not_shown(own_data):
     b = _run("coded", RunConfig(rewards=[RewardSpec("custom_python", 1.0, {"code": code})]))
     shown = compare_settings([a, b])
     assert "SECRET-ISH" not in shown and "(own code)" in shown
+
+
+def test_a_runs_metrics_download_as_one_csv_row_per_step(own_data):
+    import csv
+    import io
+
+    from ui.runs_panel import metrics_download
+
+    name = _run("numbers", RunConfig())
+    run_dir = runs.resolve_run(name)
+    file, message = metrics_download(name)
+    assert file.visible is False and "no steps yet" in message
+    for step in (1, 2):
+        runs.append_jsonl(run_dir / "metrics.jsonl", {
+            "step": step, "reward": 10.0 * step, "kl": 0.01, "rewards": {"length_target": {"mean": -5.0, "std": 1.0}},
+            "reward_weights": {"length_target": 1.0}})
+    for step, reward in ((0, 7.0), (2, 9.0)):
+        runs.append_jsonl(run_dir / "evals.jsonl", {"step": step, "reward": reward, "rewards": {"length_target": -4.0},
+                                                    "task": {"summary_score": 0.5}, "samples": [{"completion": "x"}]})
+    file, message = metrics_download(name)
+    assert file.visible is True and "2 steps, and 2 held-out probes" in message
+    with open(file.value["path"] if isinstance(file.value, dict) else file.value, encoding="utf-8") as fh:
+        rows = list(csv.DictReader(io.StringIO(fh.read())))
+    assert [r["step"] for r in rows] == ["0", "1", "2"]
+    assert rows[0]["reward"] == "" and rows[0]["heldout/reward"] == "7.0"  # step 0: the base model's probe alone
+    assert rows[2]["reward"] == "20.0" and rows[2]["length_target/mean"] == "-5.0" and rows[2]["heldout/reward"] == "9.0"
+    assert rows[1]["weight/length_target"] == "1.0" and rows[1]["heldout/summary_score"] == ""
+    assert metrics_download(None)[1] == "Pick a run to download its metrics."
