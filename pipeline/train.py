@@ -422,19 +422,16 @@ _PEER_LOST = ("closed by peer", "reset by peer", "remote worker", "remote proces
               "communicator was aborted")
 
 
-def lost_a_peer(exc: BaseException) -> bool:
-    """Whether `exc` (or what it wraps) is a collective that lost another rank, in a multi-rank run.
+def lost_a_peer(exc: BaseException, world_size: int | None = None) -> bool:
+    """Whether `exc` (or what it wraps) is a collective that lost another rank, in a run of `world_size`
+    processes (torchrun's WORLD_SIZE by default).
 
-    >>> os.environ["WORLD_SIZE"] = "2"
-    >>> lost_a_peer(RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1"))
+    >>> lost_a_peer(RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1"), 2)
     True
-    >>> lost_a_peer(ValueError("only rank 1 cannot score this"))
-    False
-    >>> del os.environ["WORLD_SIZE"]
-    >>> lost_a_peer(RuntimeError("Connection closed by peer"))
-    False
+    >>> lost_a_peer(ValueError("only rank 1 cannot score this"), 2), lost_a_peer(RuntimeError("reset by peer"), 1)
+    (False, False)
     """
-    if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+    if (world_size or int(os.environ.get("WORLD_SIZE", "1"))) < 2:
         return False
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
