@@ -11,6 +11,9 @@ from typing import Any
 _SKIP = frozenset({"label"})
 _COUNTED = frozenset({"signal_prompts"})
 
+# The row for the changes steered into a run while it trained ("step: setting old→new"), beside its settings.
+STEERED = "steered while training"
+
 COMPARE_EMPTY = ("<div class='gs-empty gs-compare-settings'>Tick two or more runs: the settings that differ "
                  "between them are listed here, beside their curves.</div>")
 
@@ -92,7 +95,7 @@ def settings_diff_html(configs: dict[str, dict]) -> str:
     rows = differing_settings({name: cfg for name, cfg in configs.items() if cfg})
     if not rows:
         return (f"<div class='gs-compare-settings'><b>Settings that differ:</b> none. These runs started with the "
-                f"same settings, seed included: unless one was steered, their curves match step for step.{note}</div>")
+                f"same settings, seed included, and were steered alike: their curves match step for step.{note}</div>")
     head = "".join(f"<th>{html.escape(name)}</th>" for name, cfg in configs.items() if cfg)
     body = "".join(f"<tr><td><code>{html.escape(key)}</code></td>"
                    + "".join(f"<td>{html.escape(cell)}</td>" for cell in cells) + "</tr>" for key, cells in rows)

@@ -106,7 +106,11 @@ def compare_runs(selected: list[str], curve: str | None = charts.DEFAULT_COMPARE
 def compare_settings(selected: list[str] | None) -> str:
     """The settings that differ between the ticked runs (ui/compare_view.py), beside the overlay."""
     paths = {name: p for name in selected or [] if (p := run_path(name))}
-    return compare_view.settings_diff_html({name: runs.effective_config(p) for name, p in paths.items()})
+    configs = {name: runs.effective_config(p) for name, p in paths.items()}
+    for name, cfg in configs.items():  # what was steered while it trained (step: setting old→new), as one more row
+        if cfg:
+            cfg[compare_view.STEERED] = steer_view.changes_text(steering.applied_changes(paths[name]))
+    return compare_view.settings_diff_html(configs)
 
 
 def metrics_download(run_name: str | None) -> tuple[Any, str]:

@@ -35,6 +35,18 @@ def test_the_settings_that_differ_are_listed_one_row_each(own_data):
     assert "max_steps" not in shown  # the same in both
 
 
+def test_a_steered_run_shows_what_was_steered_beside_its_settings(own_data):
+    from pipeline.run_folder import run_files
+    from ui.runs_panel import compare_settings
+
+    a, b = _run("plain", RunConfig()), _run("steered", RunConfig())
+    runs.append_jsonl(runs.resolve_run(b) / run_files.STEERING,
+                      {"id": "1", "step": 3, "setting": "learning_rate", "old": 3e-4, "new": 1e-4, "time": 1.0})
+    shown = compare_settings([a, b])
+    assert "Settings that differ</b> (1)" in shown
+    assert "<td><code>steered while training</code></td><td>—</td><td>3: lr 0.0003→0.0001</td>" in shown
+
+
 def test_same_settings_say_so_and_one_run_says_what_to_do(own_data):
     from ui.compare_view import COMPARE_EMPTY
     from ui.runs_panel import compare_settings
