@@ -217,10 +217,13 @@ def build(ctx: TabContext) -> Tab:
 
         listed = [run_select, table, compare, action_run]
 
+        def then_hint(event):
+            """After `event` has listed the runs: the panel's empty state."""
+            event.then(runs_hint, None, runs_empty, show_progress="hidden", api_visibility="private")
+
         def then_refresh(event):
             """After `event` (a run started, resumed or deleted): the runs list, then the panel's empty state."""
-            event.then(refresh_runs, run_select, listed).then(runs_hint, None, runs_empty, show_progress="hidden",
-                                                              api_visibility="private")
+            then_hint(event.then(refresh_runs, run_select, listed))
 
         source.change(lambda s: (gr.Group(visible=SOURCES[s] == "file"), gr.Group(visible=SOURCES[s] == "hub")),
                       source, [file_box, hub_box])
@@ -248,8 +251,7 @@ def build(ctx: TabContext) -> Tab:
                           js=GROUPS_ONLY_JS, show_progress="hidden", api_visibility="private")
         probe_pick.input(picked_probes, [run_select, probe_pick], probes_panel, show_progress="hidden")
         run_select.change(lambda: "latest", None, probe_pick)
-        refresh_btn.click(refresh_runs, run_select, listed).then(runs_hint, None, runs_empty, show_progress="hidden",
-                                                                 api_visibility="private")
+        then_hint(refresh_btn.click(refresh_runs, run_select, listed))
         compare.change(compare_settings, compare, compared, show_progress="hidden", api_visibility="private")
         # The overlay in three events: its titles, its data, then its colour per run (see compare_runs).
         overlay_map = gr.State({})

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from pipeline.rewards.errors import RewardFunctionError
 from pipeline.rewards.text import completion_text
 
 # What the rewards table offers to edit: a reward that runs and scores everything 0.
@@ -66,14 +65,9 @@ class CustomPython:
             raise ValueError("custom reward code must define a function named 'reward(completions, **kwargs)'")
         self._fn = fn
 
-    def __call__(self, completions, **kwargs) -> list[float]:
+    def __call__(self, completions, **kwargs):
         texts = [completion_text(c) for c in completions]
-        values = self._fn(texts, **kwargs)
-        try:
-            return list(values)  # a generator or a tuple is fine
-        except TypeError:
-            raise RewardFunctionError(f"returned {type(values).__name__}, not a list of numbers (one per "
-                                      "completion)") from None
+        return self._fn(texts, **kwargs)  # the guard reads it: a generator or tuple is fine, None is named
 
     @staticmethod
     def check(code: str) -> None:

@@ -250,10 +250,11 @@ def _as_prompt(value: Any, system: str, where: str) -> list[dict]:
     if isinstance(value, dict):  # one message, or a record whose text is a field of it
         raise DatasetError(f"{where}: the prompt is a JSON object; give it as text, or as a list of "
                            "{role, content} chat messages.")
-    text = "" if value is None else str(value)
-    if not text.strip():
-        raise DatasetError(f"{where}: the prompt is empty.")
-    return chat(text, system)
+    return chat(str(value), system)  # blank ones are counted by the caller (_blank)
+
+
+def _blank(value: Any) -> bool:
+    return value is None or value == [] or (isinstance(value, str) and not value.strip())
 
 
 def rows_from_records(records: list[dict], columns: list[str], spec: DatasetSpec, source: str) -> list[dict]:
@@ -268,7 +269,7 @@ def rows_from_records(records: list[dict], columns: list[str], spec: DatasetSpec
     rows, empty = [], []
     for i, rec in enumerate(records, 1):
         value = rec.get(spec.prompt_column)
-        if value is None or value == [] or (isinstance(value, str) and not value.strip()):
+        if _blank(value):
             empty.append(i)  # counted, and listed together below
             continue
         row = {"prompt": _as_prompt(value, spec.system_prompt, f"{source} row {i}")}  # a malformed one: said now

@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from types import SimpleNamespace
+
+from pipeline.rewards.scoring import metric_names
 
 KL_LIMIT = 0.5
 ZERO_STD_FRACTION = 0.5
@@ -172,16 +175,13 @@ def length_targets(config: dict | None) -> tuple[dict[str, float], int | None]:
     """
     if not config:
         return {}, None
-    seen: dict[str, int] = {}
+    specs = [SimpleNamespace(name=spec.get("name"), params=spec.get("params") or {})
+             for spec in config.get("rewards") or []]
     out = {}
-    for spec in config.get("rewards") or []:
-        name = spec.get("name")
-        seen[name] = seen.get(name, 0) + 1
-        if name == "length_target":
-            params = spec.get("params") or {}
-            target = float(params.get("target", 50))
-            per_token = WORDS_PER_TOKEN if params.get("unit") == "words" else CHARS_PER_TOKEN
-            out[name if seen[name] == 1 else f"{name}_{seen[name]}"] = target / per_token
+    for key, spec in zip(metric_names(specs), specs):
+        if spec.name == "length_target":
+            per_token = WORDS_PER_TOKEN if spec.params.get("unit") == "words" else CHARS_PER_TOKEN
+            out[key] = float(spec.params.get("target", 50)) / per_token
     cap = config.get("max_completion_length")
     return out, int(cap) if isinstance(cap, (int, float)) else None
 
