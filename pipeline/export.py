@@ -1,5 +1,6 @@
 """Taking a finished run's model out of the app: zips of the merged model and the adapter, the snippet that
-loads them, and the push of the merged model to the Hugging Face Hub.
+loads them, the merged model as one GGUF file for llama.cpp and Ollama, and the push of the merged model to
+the Hugging Face Hub.
 
 The push is a runner job (pipeline/run_folder/jobs.py: PUSH): `python -m pipeline.export --run-dir R --repo
 ID` runs as a process of its own, writes push_status.json (docs/run-files.md) and can be stopped. The token
@@ -10,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
 from typing import Callable
 
+from pipeline.models import gguf_export
 from pipeline.run_folder import owners, run_files
 from pipeline.run_folder.jobs import PUSH
 from pipeline.run_folder.jobstate import job_worker
@@ -50,6 +54,43 @@ def export_zips(run_dir: Path, on_part: Callable[[str], None] = lambda part: Non
         base = out / f"{run_dir.name}-{part}"
         files.append(shutil.make_archive(str(base), "zip", root_dir=run_dir / part))
     return files
+
+
+def export_gguf(run_dir: Path, out_type: str = gguf_export.DEFAULT_OUT_TYPE,
+                on_progress: Callable[[float], None] = lambda done: None, actor: owners.Actor | None = None) -> str:
+    """Write the merged model as one GGUF file under <data>/exports (owner only under a login, as the zips);
+    returns its path."""
+    run_dir = exportable(run_dir)
+    refusal = owners.refusal(run_dir, actor, "export it")
+    if refusal:
+        raise ExportError(refusal)
+    out = data_dir() / "exports"
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        path = gguf_export.write(run_files.merged_model(run_dir), out / f"{run_dir.name}-{out_type}.gguf",
+                                 out_type, name=run_dir.name, on_progress=on_progress)
+    except gguf_export.GGUFError as exc:
+        raise ExportError(str(exc)) from None
+    return str(path)
+
+
+def gguf_snippet(file_name: str) -> str:
+    """How to run an exported GGUF file with llama.cpp and with Ollama.
+
+    >>> print(gguf_snippet("20261127-101500-tldr-Q8_0.gguf").splitlines()[-2])
+    ollama create 20261127-101500-tldr -f Modelfile
+    """
+    model = re.sub(r"[^a-z0-9._-]+", "-", Path(file_name).name.lower()).strip("-.")
+    model = re.sub(r"-(q8_0|f16)\.gguf$", "", model) or "grpo-model"
+    return (
+        "# llama.cpp: chat in the terminal, or serve an OpenAI-compatible API on port 8080\n"
+        f"llama-cli -m {shlex.quote(file_name)} -cnv\n"
+        f"llama-server -m {shlex.quote(file_name)} --port 8080\n\n"
+        "# Ollama: the chat template and stop token come from the file\n"
+        f"echo {shlex.quote('FROM ./' + file_name)} > Modelfile\n"
+        f"ollama create {model} -f Modelfile\n"
+        f"ollama run {model}\n"
+    )
 
 
 def load_snippet(run_name: str) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from pipeline import export, runner
+from pipeline.models.gguf_export import DEFAULT_OUT_TYPE, OUT_TYPES
 from pipeline.run_folder import run_files, runs
 from pipeline.setup.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.training.generate import (
@@ -193,15 +194,21 @@ def make_handlers(cache: ModelCache):
 # The Export panel before anything is zipped.
 EXPORT_EMPTY = ("<div class='gs-empty'>Pick a tuned run or checkpoint as <b>Model A</b> above, then zip it: its merged "
                 "model (loads with transformers alone) and its LoRA adapter (small; loads on top of the base model "
-                "with peft) appear here as downloads, with the code that loads them. <b>Push to hub</b> uploads the "
+                "with peft) appear here as downloads, with the code that loads them. <b>GGUF</b> writes the merged "
+                "model as one file that llama.cpp, Ollama and LM Studio run. <b>Push to hub</b> uploads the "
                 "same two folders to a Hub repo of yours; it needs a network and a write token, which is used for "
                 "that push only.</div>")
 
 
-def exported_views(files) -> tuple:
-    """The downloads and the loading code show once there is something to download, and hide again after an
-    export that failed."""
-    return gr.File(visible=bool(files)), gr.Code(visible=bool(files))
+def exported_views(kind: str):
+    """After an export: the downloads show once there is something to download (and hide again after an export
+    that failed), with the code for what was exported ("zip": load it in Python; "gguf": run it)."""
+
+    def views(files):
+        return (gr.File(visible=bool(files)), gr.Code(visible=bool(files) and kind == "zip"),
+                gr.Code(visible=bool(files) and kind == "gguf"))
+
+    return views
 
 
 def export_run(choice: str, operators=(), request: gr.Request = None, progress=gr.Progress()):
@@ -216,6 +223,21 @@ def export_run(choice: str, operators=(), request: gr.Request = None, progress=g
     except export.ExportError as exc:
         return None, str(exc), ""
     return files, f"Exported **{run_dir.name}**: merged model and adapter.", export.load_snippet(run_dir.name)
+
+
+def export_gguf(choice: str, out_type: str, operators=(), request: gr.Request = None, progress=gr.Progress()):
+    """Write model A's merged model as one GGUF file under <data>/exports and show how to run it."""
+    try:
+        run_dir = export.exportable(run_for_choice(choice))
+        path = export.export_gguf(run_dir, out_type, lambda done: progress(done, desc=f"Writing {out_type} GGUF"),
+                                  actor=acting(request, operators))
+    except ChatModelError as exc:
+        return None, f"⚠️ {exc}", ""
+    except export.ExportError as exc:
+        return None, str(exc), ""
+    size = Path(path).stat().st_size / 2**20
+    return ([path], f"Exported **{run_dir.name}** as GGUF ({out_type}, {size:,.0f} MiB): one file for llama.cpp, "
+            "Ollama or LM Studio.", export.gguf_snippet(Path(path).name))
 
 
 def push_to_hub(choice: str, repo_id: str, token: str, operators=(), request: gr.Request = None):
@@ -297,14 +319,20 @@ def build(ctx: TabContext) -> Tab:
                 temperature = gr.Slider(0, 1.5, value=0.7, step=0.05, label="Temperature (0 = greedy)")
                 top_p = gr.Slider(0.1, 1.0, value=0.95, step=0.05, label="Top-p")
         with gr.Accordion("Export a run", open=False):
-            with gr.Row():
-                export_btn = gr.Button("Zip merged model + adapter of model A")
+            with gr.Row(equal_height=True):
+                export_btn = gr.Button("Zip merged model + adapter of model A", scale=2)
+                gguf_type = gr.Dropdown(label="GGUF type", choices=[(f"{name}: {what}", name) for name, what in
+                                                                    OUT_TYPES.items()],
+                                        value=DEFAULT_OUT_TYPE, scale=2, elem_id="chat-gguf-type")
+                gguf_btn = gr.Button("GGUF of model A (llama.cpp, Ollama)", scale=1, elem_id="chat-gguf")
             export_msg = gr.Markdown(EXPORT_EMPTY, elem_id="chat-export-msg")
             # Shown once a run is zipped: its two zips, and the code that loads them.
             export_files = gr.File(label="Downloads", file_count="multiple", interactive=False, visible=False,
                                    elem_id="chat-export-files")
             snippet = gr.Code(label="Load it with transformers", language="python", visible=False,
                               elem_id="chat-export-code")
+            run_snippet = gr.Code(label="Run it with llama.cpp or Ollama", language="shell", visible=False,
+                                  elem_id="chat-gguf-code")
             with gr.Row():
                 repo = gr.Textbox(label="Hub repo id", placeholder="your-name/my-grpo-model")
                 token = gr.Textbox(label="Hub token", type="password")
@@ -332,7 +360,12 @@ def build(ctx: TabContext) -> Tab:
     refresh.click(load_choices, [choice_a, choice_b, offered_a], [choice_a, choice_b, offered_a])
     score_btn.click(score_replies, [chat_a, chat_b, choice_a, choice_b, side_by_side], scores)
     export_btn.click(export_run, [choice_a, ops], [export_files, export_msg, snippet], api_name="export_run").then(
-        exported_views, export_files, [export_files, snippet], show_progress="hidden", api_visibility="private")
+        exported_views("zip"), export_files, [export_files, snippet, run_snippet], show_progress="hidden",
+        api_visibility="private")
+    gguf_btn.click(export_gguf, [choice_a, gguf_type, ops], [export_files, export_msg, run_snippet],
+                   api_name="export_gguf").then(
+        exported_views("gguf"), export_files, [export_files, snippet, run_snippet], show_progress="hidden",
+        api_visibility="private")
     # Private: Gradio keeps a public event's inputs in the browser's run history (localStorage), and these carry
     # the Hub token. A private event is kept out of it (and out of the API); the page still calls it.
     push.click(push_to_hub, [choice_a, repo, token, ops], push_msg, api_visibility="private")

@@ -110,9 +110,11 @@ def test_export_zips_merged_and_adapter_and_push_fails_clearly_offline(monkeypat
     assert "config.json" in names[0] and "adapter_config.json" in names[1]
     assert all(str(runs.data_dir()) in f for f in files)
     # The downloads and the loading code show after an export, and hide after one that failed (no files).
-    assert [v.constructor_args["visible"] for v in exported_views(files)] == [True, True]
+    # The GGUF's run commands stay hidden after a zip, and the loading code after a GGUF.
+    assert [v.constructor_args["visible"] for v in exported_views("zip")(files)] == [True, True, False]
+    assert [v.constructor_args["visible"] for v in exported_views("gguf")(files)] == [True, False, True]
     failed, _, _ = export_run("bundled/SmolLM2-135M-Instruct", progress=lambda *a, **k: None)
-    assert [v.constructor_args["visible"] for v in exported_views(failed)] == [False, False]
+    assert [v.constructor_args["visible"] for v in exported_views("zip")(failed)] == [False, False, False]
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert "Can't reach the Hugging Face Hub" in push_to_hub("run:zz-export", "me/model", "hf_x")

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # bundled model's conversion marker, and the report_to choice that names TensorBoard.
 OTHER_MEANINGS = {
     "pipeline/setup/gpu_memory.py": {"config.json"},
+    "pipeline/models/gguf_export.py": {"config.json"},
     "pipeline/models/loading.py": {"config.json", ".complete", "tensorboard"},
     "pipeline/setup/config.py": {"tensorboard"},
     "pipeline/train.py": {"tensorboard"},

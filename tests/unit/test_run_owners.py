@@ -112,10 +112,15 @@ def test_resume_evaluate_export_and_push_are_the_owners(own_runs, monkeypatch):
     assert runs_panel.evaluate_run(run_dir.name, [], bob).startswith(f"❌ {refused} evaluate it.")
     files, message, _ = chat.export_run("choice", [], bob)
     assert files is None and message.startswith(f"{refused} export it.")
+    files, message, _ = chat.export_gguf("choice", "Q8_0", [], bob)
+    assert files is None and message.startswith(f"{refused} export it.")
     assert chat.push_to_hub("choice", "bob/model", "hf_token", [], bob).startswith(f"⚠️ {refused} push it to the Hub.")
     with pytest.raises(export.ExportError, match="belongs to alice"):
         export.export_zips(run_dir, actor=Actor("bob"))
+    with pytest.raises(export.ExportError, match="belongs to alice"):
+        export.export_gguf(run_dir, actor=Actor("bob"))
     assert not list(runs.data_dir().glob("exports/*.zip"))  # nothing was zipped for bob
+    assert not list(runs.data_dir().glob("exports/*.gguf"))  # nor written
     assert runs_panel.resume_training(run_dir.name, False, [], login("alice"))[1].startswith("▶ Resuming")
 
 
