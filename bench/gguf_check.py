@@ -4,7 +4,10 @@ compare llama.cpp against transformers on the folder:
 
   - the prompt's token ids (llama.cpp tokenizing the chat-formatted text with the file's tokenizer);
   - greedy decoding from those ids: how many of the first --tokens tokens agree;
-  - the reply to the chat messages, formatted by llama.cpp from the chat template in the file.
+  - the reply to the chat messages, formatted by llama.cpp from the chat template in the file;
+
+and, as a control for Q8_0, llama.cpp's own Q8_0 of the F16 file (its llama_model_quantize): how far
+llama.cpp's own 8-bit file stays with transformers, and how many greedy tokens it shares with ours.
 
 llama.cpp runs through llama-cpp-python in a Python of its own (it has no wheel for this project's pins):
 
@@ -39,9 +42,15 @@ PROMPTS = [
 
 # Run by the llama.cpp Python: reads a JSON job on stdin, prints a JSON answer.
 LLAMA_SIDE = r"""
-import json, sys
+import ctypes, json, sys
+import llama_cpp
 from llama_cpp import Llama
 job = json.load(sys.stdin)
+if job.get("quantize_from"):  # llama.cpp's own Q8_0 of the F16 file
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0
+    if llama_cpp.llama_model_quantize(job["quantize_from"].encode(), job["path"].encode(), ctypes.byref(params)):
+        sys.exit("llama_model_quantize failed")
 llm = Llama(model_path=job["path"], n_ctx=1024, n_threads=2, seed=0, verbose=False, logits_all=False)
 out = []
 for case in job["cases"]:
@@ -88,6 +97,24 @@ def agreeing(a: list[int], b: list[int]) -> int:
     return n
 
 
+def same_quantization(f16_path: Path, theirs_path: Path) -> str:
+    """Ours quantizes from the fp32 weights and llama.cpp's own from the F16 file: given the same F16 values, does
+    ours write the bytes llama.cpp writes? Checked on every Q8_0 tensor."""
+    import gguf
+    import numpy as np
+
+    source = {t.name: t for t in gguf.GGUFReader(str(f16_path)).tensors}
+    same = total = 0
+    for tensor in gguf.GGUFReader(str(theirs_path)).tensors:
+        if tensor.tensor_type != gguf.GGMLQuantizationType.Q8_0:
+            continue
+        ours = gguf.quants.quantize(np.array(source[tensor.name].data, dtype=np.float32),
+                                    gguf.GGMLQuantizationType.Q8_0)
+        total += 1
+        same += np.array_equal(ours.reshape(-1), np.array(tensor.data).reshape(-1))
+    return f"our Q8_0 quantizer on the F16 file's values: {same} of {total} Q8_0 tensors byte-identical to llama.cpp's"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-python", required=True, help="a Python with llama-cpp-python installed")
@@ -106,20 +133,31 @@ def main() -> int:
     for model_dir in a.model:
         print(f"\n== {model_dir}")
         reference = transformers_side(model_dir, a.tokens)
-        for out_type in a.types:
+        greedy = {}
+        variants = [(t, None) for t in a.types]
+        if {"Q8_0", "F16"} <= set(a.types):
+            variants.append(("llama.cpp's own Q8_0 of the F16 file", "F16"))
+        for label, quantize_from in variants:
             start = time.perf_counter()
-            path = gguf_export.write(model_dir, work / f"{model_dir.name}-{out_type}.gguf", out_type)
+            if quantize_from:
+                path = work / f"{model_dir.name}-llama-cpp-Q8_0.gguf"
+                source = str(work / f"{model_dir.name}-{quantize_from}.gguf")
+            else:
+                path = gguf_export.write(model_dir, work / f"{model_dir.name}-{label}.gguf", label)
+                source = None
             seconds = time.perf_counter() - start
-            job = {"path": str(path), "tokens": a.tokens,
+            job = {"path": str(path), "tokens": a.tokens, "quantize_from": source,
                    "cases": [{"text": c["text"], "messages": c["messages"]} for c in reference]}
             done = subprocess.run([a.llama_python, "-c", LLAMA_SIDE], input=json.dumps(job), capture_output=True,
                                   text=True)
             if done.returncode:
-                print(f"-- {out_type}: llama.cpp failed to run the file:\n{done.stderr[-2000:]}")
+                print(f"-- {label}: llama.cpp failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
                 continue
             got = json.loads(done.stdout.strip().splitlines()[-1])
-            print(f"-- {out_type}: written in {seconds:.1f} s, {path.stat().st_size / 2**20:.0f} MiB; llama.cpp "
-                  f"loaded it (eos id {got['eos']}, bos id {got['bos']})")
+            greedy[label] = [case["greedy"] for case in got["cases"]]
+            made = "made by llama.cpp" if quantize_from else f"written in {seconds:.1f} s"
+            print(f"-- {label}: {made}, {path.stat().st_size / 2**20:.0f} MiB; llama.cpp loaded it (eos id "
+                  f"{got['eos']}, bos id {got['bos']})")
             for ref, llama in zip(reference, got["cases"]):
                 same_ids = ref["ids"] == llama["ids"]
                 shared = agreeing(ref["greedy"], llama["greedy"])
@@ -129,6 +167,12 @@ def main() -> int:
                 if not same_ids:
                     print(f"     transformers {ref['ids'][:40]}\n     llama.cpp    {llama['ids'][:40]}")
                 print(f"     transformers: {ref['reply'][:160]!r}\n     llama.cpp:    {llama['chat'].strip()[:160]!r}")
+        theirs = greedy.get("llama.cpp's own Q8_0 of the F16 file")
+        if theirs and "Q8_0" in greedy:
+            shared = [agreeing(ours, own) for ours, own in zip(greedy["Q8_0"], theirs)]
+            print(f"-- our Q8_0 against llama.cpp's own, greedy tokens shared per prompt: {shared} "
+                  f"(of {[len(t) for t in theirs]})")
+            print(f"   {same_quantization(work / f'{model_dir.name}-F16.gguf', work / f'{model_dir.name}-llama-cpp-Q8_0.gguf')}")
     return 0
 
 

@@ -78,10 +78,10 @@ def gguf_snippet(file_name: str) -> str:
     """How to run an exported GGUF file with llama.cpp and with Ollama.
 
     >>> print(gguf_snippet("20261127-101500-tldr-Q8_0.gguf").splitlines()[-2])
-    ollama create 20261127-101500-tldr -f Modelfile
+    ollama create grpo-20261127-101500-tldr -f Modelfile
     """
     model = re.sub(r"[^a-z0-9._-]+", "-", Path(file_name).name.lower()).strip("-.")
-    model = re.sub(r"-(q8_0|f16)\.gguf$", "", model) or "grpo-model"
+    model = "grpo-" + re.sub(r"-(q8_0|f16)\.gguf$", "", model)  # Ollama names start with a letter
     return (
         "# llama.cpp: chat in the terminal, or serve an OpenAI-compatible API on port 8080\n"
         f"llama-cli -m {shlex.quote(file_name)} -cnv\n"

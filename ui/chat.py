@@ -11,7 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from pipeline import export, runner
-from pipeline.models.gguf_export import DEFAULT_OUT_TYPE, OUT_TYPES
+from pipeline.models.gguf_export import DEFAULT_OUT_TYPE, OUT_TYPES, OUT_TYPES_HELP
 from pipeline.run_folder import run_files, runs
 from pipeline.setup.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.training.generate import (
@@ -321,9 +321,8 @@ def build(ctx: TabContext) -> Tab:
         with gr.Accordion("Export a run", open=False):
             with gr.Row(equal_height=True):
                 export_btn = gr.Button("Zip merged model + adapter of model A", scale=2)
-                gguf_type = gr.Dropdown(label="GGUF type", choices=[(f"{name}: {what}", name) for name, what in
-                                                                    OUT_TYPES.items()],
-                                        value=DEFAULT_OUT_TYPE, scale=2, elem_id="chat-gguf-type")
+                gguf_type = gr.Dropdown(label="GGUF type", choices=[(label, name) for name, label in OUT_TYPES.items()],
+                                        value=DEFAULT_OUT_TYPE, info=OUT_TYPES_HELP, scale=2, elem_id="chat-gguf-type")
                 gguf_btn = gr.Button("GGUF of model A (llama.cpp, Ollama)", scale=1, elem_id="chat-gguf")
             export_msg = gr.Markdown(EXPORT_EMPTY, elem_id="chat-export-msg")
             # Shown once a run is zipped: its two zips, and the code that loads them.

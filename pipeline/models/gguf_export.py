@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-# What the file holds: the choices the export offers, and what each is for, in the users' words.
-OUT_TYPES = {
-    "Q8_0": "8-bit: about half the size of F16, and answers all but the same. The usual choice.",
-    "F16": "16-bit: the weights as trained, twice the size of Q8_0.",
-}
+# What the file holds: the choices the export offers, as a dropdown shows them.
+OUT_TYPES = {"Q8_0": "Q8_0 (8-bit, smaller)", "F16": "F16 (16-bit, as trained)"}
+OUT_TYPES_HELP = ("Q8_0 is about half the size of F16 and answers all but the same: the usual choice. F16 keeps "
+                  "the weights as trained, for converting further (other quantizations with llama.cpp's tools).")
 DEFAULT_OUT_TYPE = "Q8_0"
 
 # The architectures written, as llama.cpp names them, and whether the query/key rows are re-laid for its rotary
@@ -100,6 +99,8 @@ def problem(model_dir: Path) -> str | None:
     """Why the model in `model_dir` can't be written as GGUF here, in words; None when it can."""
     config = read_json(model_dir / MODEL_CONFIG)
     arch = config.get("model_type")
+    if not config:
+        return f"{model_dir} holds no transformers model (no {MODEL_CONFIG}): give a run's merged/ folder."
     if arch not in ARCHITECTURES:
         return (f"GGUF export writes Llama- and Qwen2-architecture models (SmolLM2, Qwen2.5, ...); this one is "
                 f"'{arch}'. Export the zip instead, and convert its merged folder with llama.cpp's "
@@ -340,3 +341,26 @@ def _float_dtype(out_type: str):
     import numpy as np
 
     return {"F16": np.float16, "F32": np.float32}.get(out_type, np.float32)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline.models.gguf_export MODEL_DIR OUT.gguf [--type Q8_0|F16]`: a transformers model folder
+    (a run's merged/ folder, for one) as a GGUF file."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write a transformers model folder as one GGUF file.")
+    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--type", default=DEFAULT_OUT_TYPE, choices=list(OUT_TYPES), help=OUT_TYPES_HELP)
+    args = parser.parse_args(argv)
+    try:
+        path = write(args.model_dir, args.out, args.type)
+    except GGUFError as exc:
+        print(f"gguf_export: {exc}")
+        return 2
+    print(f"wrote {path} ({path.stat().st_size / 2**20:,.0f} MiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -54,6 +54,11 @@ def test_stream_side_by_side_and_score(page, app_url):
     expect(page.locator("#chat-export-msg")).to_contain_text("Pick a tuned run or checkpoint as Model A")
     expect(page.locator("#chat-export-files")).to_be_hidden()
     expect(page.locator("#chat-export-code")).to_be_hidden()
+    # A base model has no merged model to write as GGUF: the panel says what to pick, and shows no download.
+    page.locator("#chat-gguf").click()
+    expect(page.locator("#chat-export-msg")).to_contain_text("Pick a run's tuned model", timeout=30_000)
+    expect(page.locator("#chat-export-files")).to_be_hidden()
+    expect(page.locator("#chat-gguf-code")).to_be_hidden()
     page.get_by_label("Hub repo id").fill("someone/studio-test")
     page.get_by_label("Hub token").fill(FAKE_TOKEN)
     page.get_by_role("button", name="Push to hub").click()

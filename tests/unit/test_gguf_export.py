@@ -38,7 +38,8 @@ def test_what_it_can_not_write_is_refused_with_what_to_do_instead(tmp_path, conf
     assert not list(tmp_path.glob("*out.gguf*"))  # nothing half-written
 
 
-def test_an_unknown_type_and_a_run_without_a_merged_model_are_refused(tmp_path):
+def test_an_unknown_type_a_folder_without_a_model_and_a_run_without_a_merged_model_are_refused(tmp_path):
+    assert "holds no transformers model (no config.json)" in problem(tmp_path)
     with pytest.raises(GGUFError, match="pick one of Q8_0, F16"):
         gguf_export.write(folder(tmp_path), tmp_path / "out.gguf", "Q4_K")
     with pytest.raises(export.ExportError, match="Pick a run's tuned model"):
@@ -49,5 +50,5 @@ def test_the_run_commands_quote_the_file_and_name_the_ollama_model_after_the_run
     text = export.gguf_snippet("20261127-101500-my-run-Q8_0.gguf")
     assert "llama-cli -m 20261127-101500-my-run-Q8_0.gguf -cnv" in text
     assert "echo 'FROM ./20261127-101500-my-run-Q8_0.gguf' > Modelfile" in text
-    assert "ollama create 20261127-101500-my-run -f Modelfile" in text
+    assert "ollama create grpo-20261127-101500-my-run -f Modelfile" in text
     assert "llama-cli -m 'odd name;rm-F16.gguf'" in export.gguf_snippet("odd name;rm-F16.gguf")
