@@ -38,16 +38,22 @@ def exportable(run_dir: Path | None) -> Path:
     return Path(run_dir)
 
 
-def export_zips(run_dir: Path, on_part: Callable[[str], None] = lambda part: None,
-                actor: owners.Actor | None = None) -> list[str]:
-    """Zip the merged model and the adapter under <data>/exports; returns the zip paths. Under a login, only
-    the run's owner (or an operator) may take its model out (owners.py)."""
+def export_target(run_dir: Path | None, actor: owners.Actor | None) -> tuple[Path, Path]:
+    """The run folder and <data>/exports, for a run with a merged model that `actor` may take out: under a
+    login, only the run's owner (or an operator) may (owners.py). ExportError otherwise."""
     run_dir = exportable(run_dir)
     refusal = owners.refusal(run_dir, actor, "export it")
     if refusal:
         raise ExportError(refusal)
     out = data_dir() / "exports"
     out.mkdir(parents=True, exist_ok=True)
+    return run_dir, out
+
+
+def export_zips(run_dir: Path, on_part: Callable[[str], None] = lambda part: None,
+                actor: owners.Actor | None = None) -> list[str]:
+    """Zip the merged model and the adapter under <data>/exports; returns the zip paths."""
+    run_dir, out = export_target(run_dir, actor)
     files = []
     for part in (run_files.MERGED, run_files.ADAPTER):
         on_part(part)
@@ -58,14 +64,8 @@ def export_zips(run_dir: Path, on_part: Callable[[str], None] = lambda part: Non
 
 def export_gguf(run_dir: Path, out_type: str = gguf_export.DEFAULT_OUT_TYPE,
                 on_progress: Callable[[float], None] = lambda done: None, actor: owners.Actor | None = None) -> str:
-    """Write the merged model as one GGUF file under <data>/exports (owner only under a login, as the zips);
-    returns its path."""
-    run_dir = exportable(run_dir)
-    refusal = owners.refusal(run_dir, actor, "export it")
-    if refusal:
-        raise ExportError(refusal)
-    out = data_dir() / "exports"
-    out.mkdir(parents=True, exist_ok=True)
+    """Write the merged model as one GGUF file under <data>/exports; returns its path."""
+    run_dir, out = export_target(run_dir, actor)
     try:
         path = gguf_export.write(run_files.merged_model(run_dir), out / f"{run_dir.name}-{out_type}.gguf",
                                  out_type, name=run_dir.name, on_progress=on_progress)
