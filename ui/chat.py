@@ -211,33 +211,44 @@ def exported_views(kind: str):
     return views
 
 
+def export_choice(choice: str) -> tuple[Path, int | None]:
+    """The run and, for a checkpoint, the step behind model A's choice; ChatModelError or ExportError says
+    why it can't be exported."""
+    picked = ModelChoice.parse(choice)
+    step = picked.step if picked.kind == "checkpoint" else None
+    return export.exportable(run_for_choice(choice), step), step
+
+
 def export_run(choice: str, operators=(), request: gr.Request = None, progress=gr.Progress()):
-    """Zip the merged model and the adapter under <data>/exports and show how to load them."""
+    """Zip model A's merged model and adapter (a run's, or a checkpoint's) under <data>/exports and show how
+    to load them."""
     try:
-        run_dir = export.exportable(run_for_choice(choice))
+        run_dir, step = export_choice(choice)
         files = export.export_zips(
-            run_dir, lambda part: progress(0.2 if part == run_files.MERGED else 0.8, desc=f"Zipping {part}/"),
-            actor=acting(request, operators))
+            run_dir, lambda part: progress(0.1 if part == run_files.MERGED else 0.8, desc=f"Zipping {part}/"),
+            actor=acting(request, operators), step=step)
     except ChatModelError as exc:
         return None, f"⚠️ {exc}", ""
     except export.ExportError as exc:
         return None, str(exc), ""
-    return files, f"Exported **{run_dir.name}**: merged model and adapter.", export.load_snippet(run_dir.name)
+    name = export.export_name(run_dir, step)
+    return files, f"Exported **{name}**: merged model and adapter.", export.load_snippet(name)
 
 
 def export_gguf(choice: str, out_type: str, operators=(), request: gr.Request = None, progress=gr.Progress()):
-    """Write model A's merged model as one GGUF file under <data>/exports and show how to run it."""
+    """Write model A's merged model (a run's, or a checkpoint's) as one GGUF file under <data>/exports and show
+    how to run it."""
     try:
-        run_dir = export.exportable(run_for_choice(choice))
+        run_dir, step = export_choice(choice)
         path = export.export_gguf(run_dir, out_type, lambda done: progress(done, desc=f"Writing {out_type} GGUF"),
-                                  actor=acting(request, operators))
+                                  actor=acting(request, operators), step=step)
     except ChatModelError as exc:
         return None, f"⚠️ {exc}", ""
     except export.ExportError as exc:
         return None, str(exc), ""
     size = Path(path).stat().st_size / 2**20
-    return ([path], f"Exported **{run_dir.name}** as GGUF ({out_type}, {size:,.0f} MiB): one file for llama.cpp, "
-            "Ollama or LM Studio.", export.gguf_snippet(Path(path).name))
+    return ([path], f"Exported **{export.export_name(run_dir, step)}** as GGUF ({out_type}, {size:,.0f} MiB): one "
+            "file for llama.cpp, Ollama or LM Studio.", export.gguf_snippet(Path(path).name))
 
 
 def push_to_hub(choice: str, repo_id: str, token: str, operators=(), request: gr.Request = None):
@@ -249,6 +260,9 @@ def push_to_hub(choice: str, repo_id: str, token: str, operators=(), request: gr
 
     try:
         run_dir = run_for_choice(choice)
+        if ModelChoice.parse(choice).kind == "checkpoint":
+            return ("Push to hub uploads a run's final model: pick the run's \"(tuned, final)\" entry as Model A, "
+                    "or zip this checkpoint and upload that.")
     except ChatModelError as exc:
         return f"⚠️ {exc}"
     problem = export.push_problem(run_dir, repo_id, token)

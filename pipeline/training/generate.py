@@ -287,6 +287,12 @@ def run_for_choice(choice: "str | ModelChoice") -> Path | None:
     return ModelChoice.parse(choice).run_dir()
 
 
+def load_choice(choice: "str | ModelChoice"):
+    """(model, tokenizer) of a choice, loaded afresh (not through a cache): a checkpoint comes merged into its
+    base model. ChatModelError says why a choice can't be loaded."""
+    return _load_choice(choice)
+
+
 def _load_choice(choice: "str | ModelChoice"):
     from pipeline.setup.config import RunConfig
     from pipeline.models.loading import ModelError, load_model

@@ -132,8 +132,34 @@ def test_a_finished_run_exports_a_gguf_that_generates_what_its_merged_model_does
     for model in (AutoModelForCausalLM.from_pretrained(merged),
                   AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)):
         with torch.no_grad():
-            answers.append(model.eval().generate(**inputs, max_new_tokens=24, do_sample=False)[0].tolist())
+            answers.append(model.eval().generate(**inputs, max_new_tokens=16, do_sample=False)[0].tolist())
     assert answers[0] == answers[1]
+
+
+def test_a_checkpoint_exports_as_its_adapter_merged_into_the_base_once(shared_run):
+    import zipfile
+
+    from safetensors import safe_open
+
+    from pipeline import export
+    from pipeline.run_folder import run_files
+
+    merged_zip, adapter_zip = export.export_zips(shared_run.path, step=1)
+    assert Path(merged_zip).name == f"{shared_run.path.name}-step1-merged.zip"
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(zipfile.ZipFile(merged_zip).namelist())
+    # The adapter PEFT loads, without the optimizer state the checkpoint keeps for a resume.
+    assert set(zipfile.ZipFile(adapter_zip).namelist()) <= set(export.ADAPTER_FILES)
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= set(zipfile.ZipFile(adapter_zip).namelist())
+    folder = Path(merged_zip).with_suffix("")
+    made = (folder / "model.safetensors").stat().st_mtime_ns
+    path = Path(export.export_gguf(shared_run.path, "Q8_0", step=1))
+    assert path.name == f"{shared_run.path.name}-step1-Q8_0.gguf" and path.stat().st_size > 0
+    assert (folder / "model.safetensors").stat().st_mtime_ns == made  # merged once, reused by the GGUF
+    # Step 1's model, not the final one: the first layer's query weights differ.
+    name = "model.layers.0.self_attn.q_proj.weight"
+    step1, final = (safe_open(str(d / "model.safetensors"), "pt").get_tensor(name)
+                    for d in (folder, run_files.merged_model(shared_run.path)))
+    assert not step1.equal(final)
 
 
 def test_a_write_that_fails_leaves_no_file(bundled_model_dir, tmp_path, monkeypatch):

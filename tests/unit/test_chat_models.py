@@ -120,6 +120,8 @@ def test_export_zips_merged_and_adapter_and_push_fails_clearly_offline(monkeypat
     assert "Can't reach the Hugging Face Hub" in push_to_hub("run:zz-export", "me/model", "hf_x")
     assert "repository id" in push_to_hub("run:zz-export", "no-slash", "hf_x")
     assert "finished run" in push_to_hub("bundled/SmolLM2-135M-Instruct", "me/model", "hf_x")
+    (run_dir / "checkpoint-2").mkdir(exist_ok=True)
+    assert "uploads a run's final model" in push_to_hub("ckpt:zz-export:2", "me/model", "hf_x")
 
 
 def test_concurrent_requests_for_one_model_load_it_once(monkeypatch):

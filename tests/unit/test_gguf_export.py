@@ -42,8 +42,12 @@ def test_an_unknown_type_a_folder_without_a_model_and_a_run_without_a_merged_mod
     assert "holds no transformers model (no config.json)" in problem(tmp_path)
     with pytest.raises(GGUFError, match="pick one of Q8_0, F16"):
         gguf_export.write(folder(tmp_path), tmp_path / "out.gguf", "Q4_K")
-    with pytest.raises(export.ExportError, match="Pick a run's tuned model"):
+    with pytest.raises(export.ExportError, match="has no final model yet: pick one of its checkpoints"):
         export.export_gguf(tmp_path)
+    with pytest.raises(export.ExportError, match="Checkpoint 3 of .* is missing or incomplete"):
+        export.export_gguf(tmp_path, step=3)
+    with pytest.raises(export.ExportError, match="Pick a run's tuned model"):
+        export.export_gguf(None)
 
 
 def test_the_run_commands_quote_the_file_and_name_the_ollama_model_after_the_run():
