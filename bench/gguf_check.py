@@ -172,7 +172,8 @@ def main() -> int:
             shared = [agreeing(ours, own) for ours, own in zip(greedy["Q8_0"], theirs)]
             print(f"-- our Q8_0 against llama.cpp's own, greedy tokens shared per prompt: {shared} "
                   f"(of {[len(t) for t in theirs]})")
-            print(f"   {same_quantization(work / f'{model_dir.name}-F16.gguf', work / f'{model_dir.name}-llama-cpp-Q8_0.gguf')}")
+            f16, own = work / f"{model_dir.name}-F16.gguf", work / f"{model_dir.name}-llama-cpp-Q8_0.gguf"
+            print(f"   {same_quantization(f16, own)}")
     return 0
 
 

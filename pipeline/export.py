@@ -128,8 +128,9 @@ def export_zips(run_dir: Path, on_part: Callable[[str], None] = lambda part: Non
     on_part(run_files.MERGED)
     files = [zip_files(folder_files(merged_folder(run_dir, step, out)), out / f"{name}-{run_files.MERGED}.zip")]
     on_part(run_files.ADAPTER)
-    adapter = (run_dir / run_files.ADAPTER, ()) if step is None else (run_files.checkpoint(run_dir, step), ADAPTER_FILES)
-    files.append(zip_files(folder_files(*adapter), out / f"{name}-{run_files.ADAPTER}.zip"))
+    adapter = folder_files(run_dir / run_files.ADAPTER) if step is None else folder_files(
+        run_files.checkpoint(run_dir, step), ADAPTER_FILES)
+    files.append(zip_files(adapter, out / f"{name}-{run_files.ADAPTER}.zip"))
     return files
 
 
@@ -138,6 +139,8 @@ def export_gguf(run_dir: Path, out_type: str = gguf_export.DEFAULT_OUT_TYPE,
                 step: int | None = None) -> str:
     """Write the merged model (of the run, or of its checkpoint `step`) as one GGUF file under <data>/exports;
     returns its path."""
+    if out_type not in gguf_export.OUT_TYPES:  # before a checkpoint is merged, and before it names a file
+        raise ExportError(f"Unknown GGUF type '{out_type}'; pick one of {', '.join(gguf_export.OUT_TYPES)}.")
     run_dir, out = export_target(run_dir, actor, step)
     name = export_name(run_dir, step)
     try:

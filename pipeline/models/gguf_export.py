@@ -54,7 +54,8 @@ def read_json(path: Path) -> dict:
 def vocab_fingerprint(tokenizer_json: dict) -> str:
     """A short hash of a BPE tokenizer's vocabulary in id order.
 
-    >>> vocab_fingerprint({"model": {"vocab": {"b": 1, "a": 0}}}) == vocab_fingerprint({"model": {"vocab": {"a": 0, "b": 1}}})
+    >>> ordered, shuffled = {"model": {"vocab": {"a": 0, "b": 1}}}, {"model": {"vocab": {"b": 1, "a": 0}}}
+    >>> vocab_fingerprint(ordered) == vocab_fingerprint(shuffled)
     True
     """
     vocab = tokenizer_json.get("model", {}).get("vocab", {})

@@ -48,6 +48,8 @@ def test_an_unknown_type_a_folder_without_a_model_and_a_run_without_a_merged_mod
         export.export_gguf(tmp_path, step=3)
     with pytest.raises(export.ExportError, match="Pick a run's tuned model"):
         export.export_gguf(None)
+    with pytest.raises(export.ExportError, match="Unknown GGUF type '../../x'"):  # a type never names a file
+        export.export_gguf(tmp_path, "../../x")
 
 
 def test_the_run_commands_quote_the_file_and_name_the_ollama_model_after_the_run():
