@@ -84,11 +84,20 @@ def merged_folder(run_dir: Path, step: int | None, out: Path) -> Path:
         raise ExportError(str(exc)) from None
     tmp = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(tmp, folder)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def unwritten(exc: OSError, out: Path) -> ExportError:
+    """A write that failed (a full disk, most often), in words."""
+    return ExportError(f"Could not write the export: {exc.strerror or exc}. Free some space in {out} (or remove old "
+                       "exports there) and export again; nothing half-written was left.")
 
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "README.md")  # of a checkpoint, what PEFT loads
@@ -125,12 +134,15 @@ def export_zips(run_dir: Path, on_part: Callable[[str], None] = lambda part: Non
     returns the zip paths."""
     run_dir, out = export_target(run_dir, actor, step)
     name = export_name(run_dir, step)
-    on_part(run_files.MERGED)
-    files = [zip_files(folder_files(merged_folder(run_dir, step, out)), out / f"{name}-{run_files.MERGED}.zip")]
-    on_part(run_files.ADAPTER)
-    adapter = folder_files(run_dir / run_files.ADAPTER) if step is None else folder_files(
-        run_files.checkpoint(run_dir, step), ADAPTER_FILES)
-    files.append(zip_files(adapter, out / f"{name}-{run_files.ADAPTER}.zip"))
+    try:
+        on_part(run_files.MERGED)
+        files = [zip_files(folder_files(merged_folder(run_dir, step, out)), out / f"{name}-{run_files.MERGED}.zip")]
+        on_part(run_files.ADAPTER)
+        adapter = folder_files(run_dir / run_files.ADAPTER) if step is None else folder_files(
+            run_files.checkpoint(run_dir, step), ADAPTER_FILES)
+        files.append(zip_files(adapter, out / f"{name}-{run_files.ADAPTER}.zip"))
+    except OSError as exc:
+        raise unwritten(exc, out) from None
     return files
 
 
@@ -148,6 +160,8 @@ def export_gguf(run_dir: Path, out_type: str = gguf_export.DEFAULT_OUT_TYPE,
                                  name=name, on_progress=on_progress)
     except gguf_export.GGUFError as exc:
         raise ExportError(str(exc)) from None
+    except OSError as exc:
+        raise unwritten(exc, out) from None
     return str(path)
 
 

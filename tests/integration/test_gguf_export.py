@@ -162,12 +162,30 @@ def test_a_checkpoint_exports_as_its_adapter_merged_into_the_base_once(shared_ru
     assert not step1.equal(final)
 
 
-def test_a_write_that_fails_leaves_no_file(bundled_model_dir, tmp_path, monkeypatch):
+def test_a_write_that_fails_leaves_no_file_and_says_why(bundled_model_dir, shared_run, tmp_path, monkeypatch):
+    import errno
+    import zipfile
+
+    from pipeline import export
+    from pipeline.run_folder.paths import data_dir
+
     def broken(model_dir, tensors):
         yield from []
-        raise OSError("No space left on device")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(gguf_export, "weights", broken)
     with pytest.raises(OSError, match="No space left"):
         gguf_export.write(bundled_model_dir, tmp_path / "out.gguf")
     assert list(tmp_path.iterdir()) == []
+    # Through the app: the export says so in words, and leaves no half-written file in data/exports.
+    before = set((data_dir() / "exports").glob("*"))
+    with pytest.raises(export.ExportError, match="Could not write the export: No space left on device. Free some"):
+        export.export_gguf(shared_run.path, "F16")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(zipfile.ZipFile, "write", full)
+    with pytest.raises(export.ExportError, match="Could not write the export: No space left on device"):
+        export.export_zips(shared_run.path)
+    assert set((data_dir() / "exports").glob("*")) == before
