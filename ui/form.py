@@ -26,6 +26,8 @@ SOURCES = {
     "Hub dataset": "hub",
 }
 SOURCE_LABELS = {v: k for k, v in SOURCES.items()}
+# What the Prompts radio shows where its value (the form's API value) says less than the choice does.
+SOURCE_SHOWN = {"Upload CSV/JSONL": "Upload a file (CSV, TSV, JSONL, JSON)"}
 # The prompt fields the form sets (DatasetSpec names); limit and eval_fraction keep their defaults.
 DATASET_KEYS = ("source", "path", "prompt_column", "answer_column", "system_prompt", "hub_id", "hub_config",
                 "hub_split")

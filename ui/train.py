@@ -19,7 +19,7 @@ from pipeline.setup.presets import PRESETS
 from ui import charts, probes_view, steer_panel, token_views, views, watch
 from ui.compare_view import COMPARE_EMPTY
 from ui.tab import PageLoad, Tab, TabContext
-from ui.form import REWARD_COLUMNS, SOURCES, config_to_form, form_fields, form_keys, reward_rows
+from ui.form import REWARD_COLUMNS, SOURCE_SHOWN, SOURCES, config_to_form, form_fields, form_keys, reward_rows
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
 from ui.runs_panel import (
     NO_RUNS, compare_runs, compare_settings, delete_run, eval_view, evaluate_run, metrics_download, overlay_colors,
@@ -62,7 +62,8 @@ def build(ctx: TabContext) -> Tab:
                 model_choice = gr.Dropdown(choices=catalog_choices(), value=BUNDLED_MODEL_ID, label="Model",
                                            info="The bundled model works offline; hub models need a network.")
                 model_custom = gr.Textbox(label="…or a hub id / local folder", placeholder="org/name or /path/to/model")
-                source = gr.Radio(list(SOURCES), value="TL;DR (bundled)", label="Prompts")
+                source = gr.Radio([(SOURCE_SHOWN.get(key, key), key) for key in SOURCES], value="TL;DR (bundled)",
+                                  label="Prompts")
                 with gr.Group(visible=False) as file_box:
                     upload = gr.File(label="CSV / TSV / JSONL / JSON", file_types=UPLOAD_TYPES,
                                      type="filepath")

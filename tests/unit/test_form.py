@@ -172,3 +172,11 @@ def test_a_preset_fills_model_and_prompts_too():
         ("Qwen/Qwen2.5-0.5B-Instruct", "openai/gsm8k", "main", "answer")
     back = apply_preset(apply_preset(RunConfig(), "Arithmetic: correctness + format"), "Quick CPU demo")
     assert back.dataset == RunConfig().dataset and back.rewards == RunConfig().rewards
+
+
+def test_the_upload_choice_reads_as_the_files_it_takes_and_keeps_its_api_value():
+    from ui.form import SOURCE_SHOWN, SOURCES
+
+    assert SOURCES["Upload CSV/JSONL"] == "file"  # the value API callers send
+    assert SOURCE_SHOWN["Upload CSV/JSONL"] == "Upload a file (CSV, TSV, JSONL, JSON)"
+    assert set(SOURCE_SHOWN) <= set(SOURCES)
