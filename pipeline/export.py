@@ -136,10 +136,15 @@ def export_zips(run_dir: Path, on_part: Callable[[str], None] = lambda part: Non
     name = export_name(run_dir, step)
     try:
         on_part(run_files.MERGED)
-        files = [zip_files(folder_files(merged_folder(run_dir, step, out)), out / f"{name}-{run_files.MERGED}.zip")]
-        on_part(run_files.ADAPTER)
+        merged = folder_files(merged_folder(run_dir, step, out))
         adapter = folder_files(run_dir / run_files.ADAPTER) if step is None else folder_files(
             run_files.checkpoint(run_dir, step), ADAPTER_FILES)
+        need = sum(path.stat().st_size for path in [*merged.values(), *adapter.values()])
+        if (free := shutil.disk_usage(out).free) < need:  # the weights are stored: a zip is as large as its files
+            raise ExportError(f"The zips need about {need / 2**30:.1f} GiB and {out} has {free / 2**30:.1f} GiB "
+                              "free. Free some space (old exports there, for one) and export again.")
+        files = [zip_files(merged, out / f"{name}-{run_files.MERGED}.zip")]
+        on_part(run_files.ADAPTER)
         files.append(zip_files(adapter, out / f"{name}-{run_files.ADAPTER}.zip"))
     except OSError as exc:
         raise unwritten(exc, out) from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -126,6 +127,11 @@ def problem(model_dir: Path) -> str | None:
 # ---- tensors -----------------------------------------------------------------------------------
 
 
+# Values a block holds and the bytes it takes, per stored type (Q8_0: 32 int8 values and their f16 scale).
+BLOCK_BYTES = {"Q8_0": (32, 34), "F16": (1, 2), "F32": (1, 4)}
+HEADER_ROOM = 64 * 2**20  # the tokenizer, chat template and tensor table, with room to spare
+
+
 @dataclass(frozen=True)
 class Tensor:
     """One weight as it goes into the file."""
@@ -135,6 +141,30 @@ class Tensor:
     shape: tuple[int, ...]
     out_type: str  # "Q8_0", "F16" or "F32"
     rotary_heads: int = 0  # > 0: re-lay the rows for llama.cpp's rotary layout, in this many heads
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes it takes in the file.
+
+        >>> Tensor("w", "blk.0.attn_q.weight", (576, 576), "Q8_0").nbytes, Tensor("n", "n", (576,), "F32").nbytes
+        (352512, 2304)
+        """
+        values = 1
+        for dim in self.shape:
+            values *= dim
+        block, size = BLOCK_BYTES[self.out_type]
+        return values // block * size
+
+
+def room_problem(tensors: list[Tensor], folder: Path, out_type: str) -> str | None:
+    """Why the file would not fit on the disk of `folder`, in words; None when it fits."""
+    need = sum(tensor.nbytes for tensor in tensors) + HEADER_ROOM
+    free = shutil.disk_usage(folder).free
+    if free >= need:
+        return None
+    smaller = " or pick Q8_0 (about half the size of F16)," if out_type == "F16" else ""
+    return (f"The {out_type} file needs about {need / 2**30:.1f} GiB and {folder} has {free / 2**30:.1f} GiB free. "
+            f"Free some space (old exports there, for one),{smaller} and export again.")
 
 
 def tensor_type(name: str, shape: tuple[int, ...], out_type: str) -> str:
@@ -305,6 +335,8 @@ def write(model_dir: str | Path, out_path: str | Path, out_type: str = DEFAULT_O
         raise GGUFError(found)
     config = read_json(model_dir / MODEL_CONFIG)
     tensors = plan(model_dir, out_type)
+    if (found := room_problem(tensors, out_path.parent, out_type)) is not None:
+        raise GGUFError(found)
     tmp = out_path.with_name(f".{out_path.name}.tmp")
     writer = gguf.GGUFWriter(tmp, config["model_type"])
     try:
@@ -316,13 +348,8 @@ def write(model_dir: str | Path, out_path: str | Path, out_type: str = DEFAULT_O
         add_shape(writer, config)
         add_tokenizer(writer, model_dir, int(config["vocab_size"]))
         for tensor in tensors:
-            qtype = gguf.GGMLQuantizationType[tensor.out_type]
-            numel = 1
-            for dim in tensor.shape:
-                numel *= dim
-            block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
-            writer.add_tensor_info(tensor.name, tensor.shape, _float_dtype(tensor.out_type),
-                                   numel // block * block_bytes, raw_dtype=qtype)
+            writer.add_tensor_info(tensor.name, tensor.shape, _float_dtype(tensor.out_type), tensor.nbytes,
+                                   raw_dtype=gguf.GGMLQuantizationType[tensor.out_type])
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()

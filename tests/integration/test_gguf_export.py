@@ -162,6 +162,23 @@ def test_a_checkpoint_exports_as_its_adapter_merged_into_the_base_once(shared_ru
     assert not step1.equal(final)
 
 
+def test_an_export_that_would_not_fit_on_the_disk_is_refused_before_a_byte_is_written(shared_run, monkeypatch):
+    import shutil as shell
+
+    from pipeline import export
+    from pipeline.run_folder.paths import data_dir
+
+    before = set((data_dir() / "exports").glob("*"))
+    real = shell.disk_usage
+    monkeypatch.setattr(shell, "disk_usage", lambda path: real(path)._replace(free=100 * 2**20))  # 100 MiB free
+    with pytest.raises(export.ExportError, match=r"The F16 file needs about 0\.3 GiB and .* has 0\.1 GiB free\. "
+                                                 r"Free some space .* or pick Q8_0"):
+        export.export_gguf(shared_run.path, "F16")
+    with pytest.raises(export.ExportError, match=r"The zips need about 0\.5 GiB and .* has 0\.1 GiB free"):
+        export.export_zips(shared_run.path)
+    assert set((data_dir() / "exports").glob("*")) == before
+
+
 def test_a_write_that_fails_leaves_no_file_and_says_why(bundled_model_dir, shared_run, tmp_path, monkeypatch):
     import errno
     import zipfile
