@@ -16,11 +16,13 @@ import re
 import shlex
 import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from pipeline.models import gguf_export
 from pipeline.run_folder import owners, run_files
+from pipeline.run_folder.runs import is_disk_full, room_problem
 from pipeline.run_folder.jobs import PUSH
 from pipeline.run_folder.jobstate import job_worker
 from pipeline.run_folder.paths import data_dir, keep_private
@@ -94,10 +96,18 @@ def merged_folder(run_dir: Path, step: int | None, out: Path) -> Path:
     return folder
 
 
-def unwritten(exc: OSError, out: Path) -> ExportError:
-    """A write that failed (a full disk, most often), in words."""
-    return ExportError(f"Could not write the export: {exc.strerror or exc}. Free some space in {out} (or remove old "
-                       "exports there) and export again; nothing half-written was left.")
+@contextmanager
+def writing(out: Path) -> Iterator[None]:
+    """Around an export's writes: one that fails (an OSError, or a full disk as torch and safetensors word it,
+    runs.is_disk_full) says so in words; other errors pass as they are."""
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, OSError) or is_disk_full(exc):
+            raise ExportError(f"Could not write the export: {getattr(exc, 'strerror', None) or exc}. Free some space "
+                              f"in {out} (or remove old exports there) and export again; nothing half-written was "
+                              "left.") from None
+        raise
 
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "README.md")  # of a checkpoint, what PEFT loads
@@ -134,20 +144,17 @@ def export_zips(run_dir: Path, on_part: Callable[[str], None] = lambda part: Non
     returns the zip paths."""
     run_dir, out = export_target(run_dir, actor, step)
     name = export_name(run_dir, step)
-    try:
+    with writing(out):
         on_part(run_files.MERGED)
         merged = folder_files(merged_folder(run_dir, step, out))
         adapter = folder_files(run_dir / run_files.ADAPTER) if step is None else folder_files(
             run_files.checkpoint(run_dir, step), ADAPTER_FILES)
         need = sum(path.stat().st_size for path in [*merged.values(), *adapter.values()])
-        if (free := shutil.disk_usage(out).free) < need:  # the weights are stored: a zip is as large as its files
-            raise ExportError(f"The zips need about {need / 2**30:.1f} GiB and {out} has {free / 2**30:.1f} GiB "
-                              "free. Free some space (old exports there, for one) and export again.")
+        if (found := room_problem(need, out, "The zips need")) is not None:  # stored weights: a zip is its files' size
+            raise ExportError(found)
         files = [zip_files(merged, out / f"{name}-{run_files.MERGED}.zip")]
         on_part(run_files.ADAPTER)
         files.append(zip_files(adapter, out / f"{name}-{run_files.ADAPTER}.zip"))
-    except OSError as exc:
-        raise unwritten(exc, out) from None
     return files
 
 
@@ -156,17 +163,16 @@ def export_gguf(run_dir: Path, out_type: str = gguf_export.DEFAULT_OUT_TYPE,
                 step: int | None = None) -> str:
     """Write the merged model (of the run, or of its checkpoint `step`) as one GGUF file under <data>/exports;
     returns its path."""
-    if out_type not in gguf_export.OUT_TYPES:  # before a checkpoint is merged, and before it names a file
-        raise ExportError(f"Unknown GGUF type '{out_type}'; pick one of {', '.join(gguf_export.OUT_TYPES)}.")
+    if (found := gguf_export.type_problem(out_type)) is not None:  # before a checkpoint is merged or a file named
+        raise ExportError(found)
     run_dir, out = export_target(run_dir, actor, step)
     name = export_name(run_dir, step)
     try:
-        path = gguf_export.write(merged_folder(run_dir, step, out), out / f"{name}-{out_type}.gguf", out_type,
-                                 name=name, on_progress=on_progress)
+        with writing(out):
+            path = gguf_export.write(merged_folder(run_dir, step, out), out / f"{name}-{out_type}.gguf", out_type,
+                                     name=name, on_progress=on_progress)
     except gguf_export.GGUFError as exc:
         raise ExportError(str(exc)) from None
-    except OSError as exc:
-        raise unwritten(exc, out) from None
     return str(path)
 
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
+
+from pipeline.run_folder.runs import room_problem
 
 # What the file holds: the choices the export offers, as a dropdown shows them.
 OUT_TYPES = {"Q8_0": "Q8_0 (8-bit, smaller)", "F16": "F16 (16-bit, as trained)"}
@@ -137,6 +139,7 @@ class Tensor:
     """One weight as it goes into the file."""
 
     source: str  # its name in the safetensors files
+    file: str  # the safetensors file that holds it
     name: str  # its name in the GGUF file
     shape: tuple[int, ...]
     out_type: str  # "Q8_0", "F16" or "F32"
@@ -146,25 +149,17 @@ class Tensor:
     def nbytes(self) -> int:
         """The bytes it takes in the file.
 
-        >>> Tensor("w", "blk.0.attn_q.weight", (576, 576), "Q8_0").nbytes, Tensor("n", "n", (576,), "F32").nbytes
+        >>> q = Tensor("w", "model.safetensors", "blk.0.attn_q.weight", (576, 576), "Q8_0")
+        >>> q.nbytes, Tensor("n", "model.safetensors", "n", (576,), "F32").nbytes
         (352512, 2304)
         """
-        values = 1
-        for dim in self.shape:
-            values *= dim
         block, size = BLOCK_BYTES[self.out_type]
-        return values // block * size
+        return math.prod(self.shape) // block * size
 
 
-def room_problem(tensors: list[Tensor], folder: Path, out_type: str) -> str | None:
-    """Why the file would not fit on the disk of `folder`, in words; None when it fits."""
-    need = sum(tensor.nbytes for tensor in tensors) + HEADER_ROOM
-    free = shutil.disk_usage(folder).free
-    if free >= need:
-        return None
-    smaller = " or pick Q8_0 (about half the size of F16)," if out_type == "F16" else ""
-    return (f"The {out_type} file needs about {need / 2**30:.1f} GiB and {folder} has {free / 2**30:.1f} GiB free. "
-            f"Free some space (old exports there, for one),{smaller} and export again.")
+def type_problem(out_type: str) -> str | None:
+    """Why `out_type` is not a type the export writes, in words; None when it is one."""
+    return None if out_type in OUT_TYPES else f"Unknown GGUF type '{out_type}'; pick one of {', '.join(OUT_TYPES)}."
 
 
 def tensor_type(name: str, shape: tuple[int, ...], out_type: str) -> str:
@@ -234,14 +229,15 @@ def plan(model_dir: Path, out_type: str) -> list[Tensor]:
     arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2}[config["model_type"]]
     names = gguf.get_tensor_name_map(arch, int(config["num_hidden_layers"]))
     tensors = []
-    for source, (_, shape) in safetensors_shapes(model_dir).items():
+    for source, (file, shape) in safetensors_shapes(model_dir).items():
         if source == "lm_head.weight" and config.get("tie_word_embeddings"):
             continue  # the output layer is the embedding, as the file says by having no output.weight
         name = names.get_name(source, try_suffixes=(".weight", ".bias"))
         if name is None:
             raise GGUFError(f"The merged model has a weight GGUF export does not know ('{source}'). Export the "
                             "zip instead, and convert it with llama.cpp's convert_hf_to_gguf.py.")
-        tensors.append(Tensor(source, name, shape, tensor_type(name, shape, out_type), rotary_heads(name, config)))
+        tensors.append(Tensor(source, file, name, shape, tensor_type(name, shape, out_type),
+                              rotary_heads(name, config)))
     return tensors
 
 
@@ -251,14 +247,12 @@ def weights(model_dir: Path, tensors: list[Tensor]) -> Iterator[tuple[Tensor, ob
     import numpy as np
     from safetensors import safe_open
 
-    shapes = safetensors_shapes(model_dir)
     handles: dict = {}
     try:
         for tensor in tensors:
-            file = shapes[tensor.source][0]
-            if file not in handles:
-                handles[file] = safe_open(str(model_dir / file), framework="pt")
-            data = handles[file].get_tensor(tensor.source).float().numpy()
+            if tensor.file not in handles:
+                handles[tensor.file] = safe_open(str(model_dir / tensor.file), framework="pt")
+            data = handles[tensor.file].get_tensor(tensor.source).float().numpy()
             if tensor.rotary_heads:
                 data = relay_rotary(data, tensor.rotary_heads)
             if tensor.out_type == "Q8_0":
@@ -327,15 +321,16 @@ def write(model_dir: str | Path, out_path: str | Path, out_type: str = DEFAULT_O
     """Write the merged model in `model_dir` as a GGUF file at `out_path` (through a temporary file beside it,
     so a failed export leaves nothing half-written); returns the path. `on_progress` gets the share done."""
     import gguf
+    import numpy as np
 
     model_dir, out_path = Path(model_dir), Path(out_path)
-    if out_type not in OUT_TYPES:
-        raise GGUFError(f"Unknown GGUF type '{out_type}'; pick one of {', '.join(OUT_TYPES)}.")
-    if (found := problem(model_dir)) is not None:
+    if (found := type_problem(out_type) or problem(model_dir)) is not None:
         raise GGUFError(found)
     config = read_json(model_dir / MODEL_CONFIG)
     tensors = plan(model_dir, out_type)
-    if (found := room_problem(tensors, out_path.parent, out_type)) is not None:
+    need = sum(tensor.nbytes for tensor in tensors) + HEADER_ROOM
+    also = "or pick Q8_0 (about half the size of F16)" if out_type == "F16" else ""
+    if (found := room_problem(need, out_path.parent, f"The {out_type} file needs", also)) is not None:
         raise GGUFError(found)
     tmp = out_path.with_name(f".{out_path.name}.tmp")
     writer = gguf.GGUFWriter(tmp, config["model_type"])
@@ -348,7 +343,8 @@ def write(model_dir: str | Path, out_path: str | Path, out_type: str = DEFAULT_O
         add_shape(writer, config)
         add_tokenizer(writer, model_dir, int(config["vocab_size"]))
         for tensor in tensors:
-            writer.add_tensor_info(tensor.name, tensor.shape, _float_dtype(tensor.out_type), tensor.nbytes,
+            # With raw_dtype given, the writer takes the shape as it is and only asks the dtype whether it is bytes.
+            writer.add_tensor_info(tensor.name, tensor.shape, np.dtype(np.float32), tensor.nbytes,
                                    raw_dtype=gguf.GGMLQuantizationType[tensor.out_type])
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
@@ -363,12 +359,6 @@ def write(model_dir: str | Path, out_path: str | Path, out_type: str = DEFAULT_O
         tmp.unlink(missing_ok=True)
         raise
     return out_path
-
-
-def _float_dtype(out_type: str):
-    import numpy as np
-
-    return {"F16": np.float16, "F32": np.float32}.get(out_type, np.float32)
 
 
 def main(argv: list[str] | None = None) -> int:

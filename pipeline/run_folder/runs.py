@@ -304,6 +304,16 @@ def is_disk_full(exc: BaseException | None) -> bool:
     return False
 
 
+def room_problem(need: int, folder: str | Path, what: str, also: str = "") -> str | None:
+    """Why `need` bytes would not fit on the disk of `folder`, in words (`what` names them with its verb, "The
+    zips need"; `also` is another way out, after a comma); None when they fit."""
+    free = shutil.disk_usage(folder).free
+    if free >= need:
+        return None
+    return (f"{what} about {need / 2**30:.1f} GiB and {folder} has {free / 2**30:.1f} GiB free. Free some space "
+            f"(old exports there, for one){', ' + also + ',' if also else ''} and export again.")
+
+
 def disk_full_message(run_dir: str | Path, exc: BaseException) -> str:
     """What a user reads when a run stops because the disk filled up, and what to do next."""
     run_dir = Path(run_dir)
