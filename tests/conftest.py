@@ -63,3 +63,30 @@ def tiny_model_dir(bundled_model_dir):
         if (bundled_model_dir / name).exists():
             shutil.copy2(bundled_model_dir / name, target / name)
     return target
+
+
+@pytest.fixture(scope="session")
+def movie_table(studio_data):
+    """The bundled films' movie table in the session's data folder, as `make setup` leaves it in ./data: copied from
+    there when it holds exactly the bundled films with the bundled embedder and their sentence index (embedding
+    them takes about 20 s on two cores), built here otherwise."""
+    from retrieval import movies
+    from retrieval.bundled_table import prepare
+    from retrieval.chunks import PlotChunks
+    from retrieval.store import BUNDLED_EMBEDDER, MovieStore
+
+    target = studio_data / "lancedb"
+    made = ROOT / "data" / "lancedb"
+    if not target.exists() and made.is_dir():
+        try:
+            store = MovieStore(made)
+            table, info = store.table(), store.info()
+            ids = set(table.to_arrow().column("id").to_pylist()) if table is not None else set()
+            fits = (info.embedder == BUNDLED_EMBEDDER and ids == {m.id for m in movies.load_bundled()}
+                    and PlotChunks(store).table() is not None)
+        except Exception:  # noqa: BLE001 - anything unreadable is simply not copied
+            fits = False
+        if fits:
+            shutil.copytree(made, target)
+    prepare(MovieStore(target))  # builds what is missing; a copied table is already whole
+    return target

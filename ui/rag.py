@@ -15,6 +15,7 @@ from pipeline.training.generate import (ChatModelError, ModelCache, base_choice,
                                        generation_error_message)
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
+from retrieval.bundled_table import ensure_bundled_table
 from retrieval.chunks import PlotChunks
 from retrieval.glossary import expand
 from retrieval.search import (DEFAULT_MODE, MAX_TOP_K, Hit, SearchError, SearchFilters, default_mode, search,
@@ -126,8 +127,8 @@ def make_handlers(store: MovieStore, cache: ModelCache, chunks: PlotChunks | Non
 
     def ensure_table(progress, mode=None) -> None:
         uses_chunks = mode is not None and search_modes.get(mode).uses_chunks  # an unknown mode fails first
-        if store.table() is None:
-            report = store.upsert(movie_data.load_bundled(), progress=progress_fn(progress))
+        report = ensure_bundled_table(store, progress=progress_fn(progress))
+        if report is not None:
             gr.Info(f"Built the movie table: {report.summary()}")
         if uses_chunks:
             # Sentences of films added since the last search are embedded once (nothing when none were).

@@ -20,7 +20,7 @@ def start_app(port: int, *extra: str) -> subprocess.Popen:
 
 
 @pytest.fixture(scope="session")
-def app_url(studio_data, bundled_model_dir):
+def app_url(studio_data, bundled_model_dir, movie_table):
     ARTIFACTS.mkdir(exist_ok=True)
     port = free_port()
     proc = start_app(port)

@@ -11,19 +11,31 @@ from .conftest import ARTIFACTS
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
+def short_answers(page, tokens: str = "48") -> None:
+    """Set "Max new tokens" under Answer settings, as a user would: a short answer streams and is checked the same."""
+    page.get_by_text("Answer settings").click()
+    field = page.locator("#rag-max-tokens input[type=number]")
+    expect(field).to_be_visible()
+    page.wait_for_timeout(500)  # a closed accordion's fields reset what is typed the moment they mount
+    field.fill(tokens)
+    field.press("Enter")
+    expect(field).to_have_value(tokens)
+
+
 def test_year_filtered_query_shows_results_and_streams_an_answer(page, app_url):
     page.goto(app_url)
     page.get_by_role("tab", name="RAG").click()
-    expect(page.locator("#rag-status")).to_contain_text("No movie table yet", timeout=30_000)
-    page.screenshot(path=str(ARTIFACTS / "rag-01-empty.png"), full_page=True)
+    # The bundled films' table is there before the first search, as `make setup` leaves it.
+    expect(page.locator("#rag-status")).to_contain_text("330 films", timeout=30_000)
+    page.screenshot(path=str(ARTIFACTS / "rag-01-ready.png"), full_page=True)
 
+    short_answers(page)
     page.locator("#rag-query textarea").fill("the protagonist turns out to be the bad guy")
     year_max = page.locator("#rag-year-max input")
     year_max.fill("1989")
     year_max.press("Tab")  # commit the number before the click
     page.locator("#rag-answer").click()
 
-    # First use builds the table from the bundled films, then the results show up.
     rows = page.locator("#rag-results-table tr")
     expect(rows).to_have_count(6, timeout=240_000)  # header + top 5
     years = [int(rows.nth(i).locator("td").nth(2).inner_text()) for i in range(1, 6)]
@@ -136,13 +148,7 @@ def test_compare_with_base_answers_from_the_same_films_side_by_side(page, app_ur
     page.locator("#rag-model input").click()
     page.get_by_role("option", name=f"{run_dir.name} (tuned, final)", exact=True).click()
     page.locator("#rag-compare input").check()
-    page.get_by_text("Answer settings").click()  # short answers: two models share the CPU
-    tokens = page.locator("#rag-max-tokens input[type=number]")
-    expect(tokens).to_be_visible()
-    page.wait_for_timeout(500)  # a closed accordion's fields reset what is typed the moment they mount
-    tokens.fill("48")
-    tokens.press("Enter")
-    expect(tokens).to_have_value("48")
+    short_answers(page)  # two models share the CPU
     page.locator("#rag-query textarea").fill("A story told by someone who is already dead")
     page.locator("#rag-answer").click()
     tuned, base = page.locator("#rag-answer-text"), page.locator("#rag-base-answer-text")

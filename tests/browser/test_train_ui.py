@@ -22,7 +22,7 @@ def plotted_series(page, elem_id):
     return page.locator(f"#{elem_id} .role-legend-symbol, #{elem_id} g.role-legend text, #{elem_id} .mark-text text")
 
 
-def test_start_watch_stop_reload_and_resume(page, app_url):
+def test_start_watch_stop_reload_and_resume(page, app_url, tiny_model_dir):
     page.goto(app_url)
     expect(page.get_by_text("1. Model and data")).to_be_visible()
     expect(page.get_by_label("Model", exact=True)).to_have_value(re.compile("SmolLM2-135M-Instruct"))
@@ -33,8 +33,11 @@ def test_start_watch_stop_reload_and_resume(page, app_url):
     expect(diversity).to_be_checked()
     diversity.click()
     expect(diversity).not_to_be_checked()
-    # A lighter step and no probes: this test is about the live view, Stop and Resume (probes have their own).
-    fill_settings(page, {"Probe every N steps (0 = off)": "0", **LIGHT_RUN})
+    # No probes, and a two-layer model with random weights from a local folder: this test is about the live view,
+    # Stop and Resume, not about what the model learns (probes and steering train the bundled model in their own).
+    # Its steps take a fraction of a second, so the run is planned long enough to be stopped by hand.
+    fill_settings(page, {"Probe every N steps (0 = off)": "0", "Steps": "400", **LIGHT_RUN})
+    page.get_by_label("…or a hub id / local folder").fill(str(tiny_model_dir))
     shot(page, "train-01-setup")
 
     page.locator("#start-btn").click()
@@ -43,6 +46,7 @@ def test_start_watch_stop_reload_and_resume(page, app_url):
     assert run_name
     cfg = (runs.runs_dir() / run_name / "config.json").read_text()
     assert "length_target" in cfg and "token_diversity" not in cfg and '"probe_every": 0' in cfg
+    assert str(tiny_model_dir) in cfg
 
     # Live: the step counter moves, the reward chart gains a series, the group inspector fills. The header names the
     # new run first: until the next poll redraws it, the view still shows the run that was on screen before Start.
@@ -99,7 +103,7 @@ def test_start_watch_stop_reload_and_resume(page, app_url):
     assert runs.read_status(run_dir)["step"] > stop_step
 
 
-def test_second_start_while_training_is_refused(page, app_url):
+def test_second_start_while_training_is_refused(page, app_url, tiny_model_dir):
     """One training at a time: a second Start gets a clear message and launches nothing."""
     from pipeline import runner
     from pipeline.setup.config import RunConfig
@@ -108,7 +112,8 @@ def test_second_start_while_training_is_refused(page, app_url):
     deadline = time.time() + 120
     while time.time() < deadline and runner.busy_run() is not None:
         time.sleep(0.5)
-    busy = runner.start("train", cfg=RunConfig(max_steps=50, batch_size=4, max_completion_length=16, probe_every=0), label="busy")
+    busy = runner.start("train", cfg=RunConfig(model=str(tiny_model_dir), max_steps=5000, batch_size=4,
+                                               max_completion_length=16, probe_every=0), label="busy")
     try:
         before = len(list(runs.iter_run_dirs()))
         page.goto(app_url)

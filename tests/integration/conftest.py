@@ -23,7 +23,7 @@ def shared_run(bundled_model_dir) -> SharedRun:
     at steps 0, 1 and 2, checkpoints 1 and 2, the adapter and the merged model. Readers only: a test that
     changes the run undoes it (each trainer start costs about 10 s)."""
     run_dir = make_run("shared", batch_size=8, max_steps=1, save_steps=1, merge_at_end=True, probe_every=1,
-                       probe_prompts=2)
+                       probe_prompts=2, max_completion_length=16)
     created = (run_dir / "config.json").read_bytes()
     proc = run(run_dir, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]

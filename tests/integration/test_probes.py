@@ -20,7 +20,8 @@ def test_a_two_step_run_probes_steps_0_1_and_2(shared_run, bundled_model_dir):
     evals = runs.read_evals(run_dir)
     assert [e["step"] for e in evals] == [0, 1, 2]
     held_out = json.loads((run_dir / "eval_prompts.json").read_text())[:2]
-    weights = {r["name"]: r["weight"] for r in json.loads((run_dir / "config.json").read_text())["rewards"]}
+    config = json.loads((run_dir / "config.json").read_text())
+    weights = {r["name"]: r["weight"] for r in config["rewards"]}
     for e in evals:
         assert set(e["rewards"]) == DEFAULT_REWARDS
         assert len(e["samples"]) == 2 and e["seconds"] > 0
@@ -37,5 +38,5 @@ def test_a_two_step_run_probes_steps_0_1_and_2(shared_run, bundled_model_dir):
     from pipeline.models.loading import load_model
 
     base, tok = load_model(str(bundled_model_dir))
-    expected = generate_batch(base, tok, [r["prompt"] for r in held_out], max_new_tokens=24)
+    expected = generate_batch(base, tok, [r["prompt"] for r in held_out], max_new_tokens=config["max_completion_length"])
     assert [s["completion"] for s in evals[0]["samples"]] == expected

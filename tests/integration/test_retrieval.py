@@ -4,6 +4,7 @@ idempotent upserts, embedder changes, hybrid search, answers from the bundled mo
 import pytest
 
 from retrieval import movies
+from retrieval.bundled_table import ensure_bundled_table
 from retrieval.search import DEFAULT_MODE, SearchError, SearchFilters, search, search_modes
 from retrieval.embedder import BUNDLED_EMBEDDER, StoreError, bundled_embedder_dir
 from retrieval.store import MovieStore
@@ -15,7 +16,8 @@ pytestmark = pytest.mark.slow
 def store(tmp_path_factory):
     s = MovieStore(tmp_path_factory.mktemp("lancedb"))
     seen = []
-    report = s.upsert(movies.load_bundled(), progress=lambda done, total, what: seen.append((done, total)))
+    # The way `make setup` and the RAG tab's first search build it.
+    report = ensure_bundled_table(s, progress=lambda done, total, what: seen.append((done, total)))
     s.build_report, s.progress_seen = report, seen
     return s
 
@@ -31,6 +33,15 @@ def test_build_embeds_every_bundled_film_with_progress(store):
     # The schema records the embedder through LanceDB's registry, by its portable name.
     meta = store.table().schema.metadata[b"embedding_functions"].decode()
     assert "studio-sentence-transformers" in meta and BUNDLED_EMBEDDER in meta and "site-packages" not in meta
+
+
+def test_the_bundled_table_is_built_once_and_a_users_own_table_is_left_alone(store, tmp_path):
+    rows = store.info().rows
+    assert ensure_bundled_table(store) is None and store.info().rows == rows
+    own = MovieStore(tmp_path / "db")
+    own.upsert([movies.make_movie({"title": "Paper Moons", "release_year": 2001, "genre": "Comedy",
+                                   "plot": "A forger fakes the moon landing on a soundstage."}, "test")])
+    assert ensure_bundled_table(own) is None and own.info().rows == 1
 
 
 def test_prefiltered_search_stays_inside_the_year_range(store):

@@ -30,7 +30,7 @@ def fetch(url: str, data: bytes | None = None, headers: dict | None = None) -> t
 
 
 @pytest.fixture(scope="module")
-def app_url(studio_data):
+def app_url(studio_data, movie_table):
     demo, url = serve_app("--max-upload-mb", "1")
     yield url.rstrip("/")
     demo.close()
@@ -183,7 +183,7 @@ def test_hostile_rag_filters_through_the_app_never_widen(app_url):
     from gradio_client import Client
 
     client = Client(app_url, verbose=False)
-    # A fair query first (this also builds the movie table from the bundled films).
+    # A fair query first, on the bundled films' table.
     table_html, status, *_ = client.predict("a detective uncovers a conspiracy", 1950, 1959, ["Thriller"], 20,
                                             "vector", api_name="/do_search")
     rows = result_rows(table_html)

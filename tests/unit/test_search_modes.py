@@ -56,3 +56,5 @@ def test_the_rag_header_names_the_table_without_the_servers_paths():
     text = status_html(StoreInfo(rows=3, embedder="e", dims=4, genres=["Drama"], year_min=1999, year_max=2001,
                                  uri=str(where)))
     assert "&lt;data folder&gt;/lancedb" in text and str(data_dir()) not in text, text
+    # No table (its folder deleted, or `make setup` skipped): the status says what the first search will do.
+    assert "No movie table yet. The first search builds it" in status_html(StoreInfo())
