@@ -329,7 +329,7 @@ def build(ctx: TabContext) -> Tab:
         with gr.Accordion("Generation settings", open=False):
             system = gr.Textbox(label="System prompt", placeholder="Optional")
             with gr.Row():
-                max_tokens = gr.Slider(8, 512, value=96, step=8, label="Max new tokens")
+                max_tokens = gr.Slider(8, 512, value=96, step=8, label="Max new tokens", elem_id="chat-max-tokens")
                 temperature = gr.Slider(0, 1.5, value=0.7, step=0.05, label="Temperature (0 = greedy)")
                 top_p = gr.Slider(0.1, 1.0, value=0.95, step=0.05, label="Top-p")
         with gr.Accordion("Export a run", open=False):

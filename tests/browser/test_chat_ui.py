@@ -18,6 +18,14 @@ def test_stream_side_by_side_and_score(page, app_url):
     expect(page.locator("#chat-model-a input")).not_to_have_value("", timeout=30_000)
     page.locator("#chat-side input").check()
     expect(page.locator("#chat-b")).to_be_visible()
+    # Short replies, as a user sets them under Generation settings: two models share the CPU.
+    page.get_by_text("Generation settings").click()
+    tokens = page.locator("#chat-max-tokens input[type=number]")
+    expect(tokens).to_be_visible()
+    page.wait_for_timeout(500)  # a closed accordion's fields reset what is typed the moment they mount
+    tokens.fill("40")
+    tokens.press("Enter")
+    expect(tokens).to_have_value("40")
     page.locator("#chat-input textarea").fill("Explain in two sentences why bread dough rises.")
     page.locator("#chat-send").click()
 
@@ -38,7 +46,13 @@ def test_stream_side_by_side_and_score(page, app_url):
 
     bot_b = page.locator("#chat-b .message.bot, #chat-b [data-testid=bot]").last
     expect(bot_b).to_have_text(re.compile(r"\w{3}"), timeout=180_000)
-    time.sleep(8)  # let both replies finish (96 tokens at most)
+    # Let both replies finish (40 tokens at most): their text holds still for a second.
+    still, last, deadline = 0, None, time.time() + 60
+    while still < 10 and time.time() < deadline:
+        now = (bot.inner_text(), bot_b.inner_text())
+        still = still + 1 if now == last else 0
+        last = now
+        time.sleep(0.1)
     page.locator("#chat-score").click()
     scores = page.locator("#chat-scores")
     expect(scores).to_contain_text("A (", timeout=30_000)
