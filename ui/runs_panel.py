@@ -11,7 +11,7 @@ from typing import Any
 import gradio as gr
 
 from pipeline import runner
-from pipeline.run_folder import run_files, runs
+from pipeline.run_folder import disk, run_files, runs
 from pipeline.run_folder.jobs import EVAL_LIMIT
 from pipeline.models.loading import gpu_count
 from pipeline.setup import steering
@@ -19,9 +19,10 @@ from ui import charts, compare_view, steer_view, views
 from ui.tab import acting
 
 
-# "problems" next to the state, so a damaged run's reason is seen without scrolling (empty for healthy runs).
-RUN_COLUMNS = ["run", "state", "owner", "problems", "model", "dataset", "rewards", "step", "max_steps", "final_reward",
-               "steered", "duration_s"]
+# "problems" next to the state, so a damaged run's reason is seen without scrolling (empty for healthy runs); "disk"
+# too, for whoever is freeing space.
+RUN_COLUMNS = ["run", "state", "disk", "owner", "problems", "model", "dataset", "rewards", "step", "max_steps",
+               "final_reward", "steered", "duration_s"]
 
 
 def run_names() -> list[str]:
@@ -62,8 +63,9 @@ def runs_table():
     import pandas as pd
 
     rows = runs.list_runs()
-    for row in rows:  # the changes steered into each run (step: setting old→new)
+    for row in rows:  # the changes steered into each run (step: setting old→new), and the space it takes
         row["steered"] = steer_view.changes_text(steering.applied_changes(row["path"]))
+        row["disk"] = disk.size_text(disk.tree_bytes(row["path"]))
     # Whose run it is, and what was steered, matter only once some run has them: until then the column stays out.
     columns = [c for c in RUN_COLUMNS if c not in ("owner", "steered") or any(r.get(c) for r in rows)]
     return pd.DataFrame([[r.get(c) for c in columns] for r in rows], columns=columns)
@@ -220,14 +222,40 @@ def eval_view(name: str | None) -> str:
     return text + "\n\n" + push_line if push_line else text
 
 
-def delete_run(name: str | None, confirmed: bool, operators=(), request: gr.Request = None):
+def delete_run(name: str | None, confirmed: bool, with_exports: bool = False, operators=(),
+               request: gr.Request = None):
+    """Delete the picked run (and, ticked, its exports). Both ticks are cleared after every press, so each delete
+    is confirmed anew. Returns the message and the two ticks."""
     path = run_path(name)
     if path is None:
-        return "Pick a run to delete.", False
+        return "Pick a run to delete.", False, False
     if not confirmed:
-        return "Tick **Yes, delete it** first: this removes the run's folder, checkpoints and models.", False
+        return ("Tick **Yes, delete it** first: this removes the run's folder, checkpoints and models.", False,
+                bool(with_exports))
     try:
-        runs.delete_run(path, actor=acting(request, operators))
+        deleted = runs.delete_run(path, actor=acting(request, operators), with_exports=bool(with_exports))
     except ValueError as exc:
-        return f"❌ {exc}", False
-    return f"🗑 Deleted **{name}**.", False
+        return f"❌ {exc}", False, False
+    return deleted_text(name, deleted), False, False
+
+
+def deleted_text(name: str, deleted: disk.Deleted) -> str:
+    """What a delete did, in words: the space it gave back, and the run's exports, removed or kept.
+
+    >>> from pathlib import Path
+    >>> print(deleted_text("r1", disk.Deleted(3 * 2**20)))
+    🗑 Deleted **r1**: 3 MiB freed.
+    >>> print(deleted_text("r1", disk.Deleted(2**30, [Path("r1-merged.zip"), Path("r1-F16.gguf")], 2**29)))
+    🗑 Deleted **r1** and the 2 files exported from it: 1.5 GiB freed.
+    """
+    if deleted.exports_removed:
+        files = "the file" if len(deleted.exports_removed) == 1 else f"the {len(deleted.exports_removed)} files"
+        return f"🗑 Deleted **{name}** and {files} exported from it: {disk.size_text(deleted.freed)} freed."
+    text = f"🗑 Deleted **{name}**: {disk.size_text(deleted.freed)} freed."
+    kept = deleted.exports_kept
+    if kept:
+        files = "file" if len(kept) == 1 else "files"
+        size = disk.size_text(deleted.kept_bytes)
+        text += (f" The {len(kept)} {files} exported from it ({size}) stay in the exports folder: "
+                 f"{', '.join(f'`{p.name}`' for p in kept)}.")
+    return text

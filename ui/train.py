@@ -192,6 +192,9 @@ def build(ctx: TabContext) -> Tab:
                                            elem_id="metrics-file")
                     with gr.Row():
                         confirm = gr.Checkbox(label="Yes, delete it", value=False)
+                        with_exports = gr.Checkbox(label="and its exports", value=False, elem_id="delete-exports",
+                                                   info="Zips and GGUF files made from it in Chat; kept "
+                                                        "unless ticked.")
                         delete_btn = gr.Button("Delete", variant="stop")
                     action_msg = gr.Markdown()
                     eval_box = gr.Markdown(elem_id="eval-status")
@@ -270,7 +273,8 @@ def build(ctx: TabContext) -> Tab:
         metrics_btn.click(metrics_download, action_run, [metrics_file, action_msg], api_visibility="private")
         action_run.change(lambda: gr.File(visible=False), None, metrics_file, show_progress="hidden",
                           api_visibility="private")  # the file shown was another run's
-        then_refresh(delete_btn.click(delete_run, [action_run, confirm, ops], [action_msg, confirm]))
+        then_refresh(delete_btn.click(delete_run, [action_run, confirm, with_exports, ops],
+                                      [action_msg, confirm, with_exports]))
         live_plots = {name: shown[name] for name in PLOTS}
         live_refresh.click(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),
                            js=watch.take_moved_js("live-refresh", len(live_inputs)), show_progress="hidden",

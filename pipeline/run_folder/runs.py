@@ -28,7 +28,7 @@ from pipeline.run_folder.jobstate import (  # noqa: F401 - re-exported: the run'
 from pipeline.run_folder.jsonio import _read_json, file_problem
 from pipeline.run_folder.jsonio import (  # noqa: F401 - re-exported: the JSON files of a run
     append_jsonl, read_json, read_jsonl, unreadable_lines, write_json_atomic)
-from pipeline.run_folder import jobs, run_files
+from pipeline.run_folder import disk, jobs, run_files
 from pipeline.run_folder import owners
 from pipeline.run_folder.paths import data_dir  # also imported from here by the app and the tabs
 
@@ -416,10 +416,12 @@ def list_runs() -> list[dict]:
     return rows
 
 
-def delete_run(run_dir: str | Path, actor: owners.Actor | None = None) -> None:
+def delete_run(run_dir: str | Path, actor: owners.Actor | None = None, with_exports: bool = False) -> disk.Deleted:
     """Remove a run directory, refusing anything outside runs/, a run that a job (training, evaluation,
     push) is still reading or writing, or (under a login) another user's run. The checks and the removal
-    happen under the start lock, so a Resume or an Evaluate can't launch into the folder in between."""
+    happen under the start lock, so a Resume or an Evaluate can't launch into the folder in between.
+    The files exported from it (<data>/exports) go too `with_exports`, and are kept otherwise; either way the
+    answer says which, and the bytes given back."""
     run_dir = Path(run_dir).resolve()
     if run_dir.parent != runs_dir():
         raise ValueError("Only run directories under the data directory's runs/ can be deleted.")
@@ -429,4 +431,11 @@ def delete_run(run_dir: str | Path, actor: owners.Actor | None = None) -> None:
     with start_lock():
         for job in busy_with(run_dir):  # any kind of job (pipeline/run_folder/jobs.py) still reading or writing it
             raise ValueError(f"This run is {job.doing}: wait for {job.what} or stop it first.")
+        deleted = disk.Deleted(disk.tree_bytes(run_dir))
         shutil.rmtree(run_dir)
+    exports = disk.run_exports(run_dir.name, data_dir() / "exports")
+    if with_exports:
+        deleted.exports_removed, deleted.removed_bytes = exports, disk.remove(exports)
+    else:
+        deleted.exports_kept = exports
+    return deleted

@@ -158,13 +158,14 @@ def test_login_is_enforced_when_asked(studio_data, tmp_path):
         owners.record_owner(run_dir, "alice")
         runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
         client.predict(None, api_name="/refresh_runs")  # what a page load does: the Runs panel offers the run
-        message, _ = client.predict(run_dir.name, True, api_name="/delete_run")
+        message, *_ = client.predict(run_dir.name, True, True, api_name="/delete_run")
         assert message.startswith(f"❌ Run '{run_dir.name}' belongs to alice: only alice or an operator may "
                                   "delete it."), message
         assert run_dir.is_dir()
         alice = Client(url, auth=("alice", "wonderland"), verbose=False)
         alice.predict(None, api_name="/refresh_runs")
-        assert alice.predict(run_dir.name, True, api_name="/delete_run")[0] == f"🗑 Deleted **{run_dir.name}**."
+        assert alice.predict(run_dir.name, True, False, api_name="/delete_run")[0].startswith(
+            f"🗑 Deleted **{run_dir.name}**: ")
         assert not run_dir.exists()
     finally:
         demo.close()

@@ -54,22 +54,26 @@ def test_another_users_delete_is_refused_and_the_owners_goes(own_runs):
     from ui import runs_panel
 
     run_dir = alices_run()
-    message, _ = runs_panel.delete_run(run_dir.name, True, [], login("bob"))
+    export = runs.data_dir() / "exports" / f"{run_dir.name}-merged.zip"
+    export.parent.mkdir(parents=True, exist_ok=True)
+    export.write_bytes(b"zip")
+    message, *_ = runs_panel.delete_run(run_dir.name, True, True, [], login("bob"))
     assert message == (f"❌ Run '{run_dir.name}' belongs to alice: only alice or an operator may delete it. "
                        "You can still watch it and chat with it.")
-    assert run_dir.is_dir()
-    message, _ = runs_panel.delete_run(run_dir.name, True, [], login("alice"))
-    assert message == f"🗑 Deleted **{run_dir.name}**." and not run_dir.exists()
+    assert run_dir.is_dir() and export.exists()  # nor are its exports touched
+    message, *ticks = runs_panel.delete_run(run_dir.name, True, True, [], login("alice"))
+    assert message.startswith(f"🗑 Deleted **{run_dir.name}** and the file exported from it: ")
+    assert not run_dir.exists() and not export.exists() and ticks == [False, False]
 
 
 def test_an_operator_deletes_any_run_and_anyone_deletes_a_run_without_an_owner(own_runs):
     from ui import runs_panel
 
     run_dir = alices_run()
-    assert runs_panel.delete_run(run_dir.name, True, ["carol"], login("carol"))[0].startswith("🗑")
+    assert runs_panel.delete_run(run_dir.name, True, False, ["carol"], login("carol"))[0].startswith("🗑")
     older = runs.new_run_dir("older")  # from before owners were recorded
     runs.write_json_atomic(older / "config.json", RunConfig().to_dict())
-    assert runs_panel.delete_run(older.name, True, [], login("bob"))[0].startswith("🗑")
+    assert runs_panel.delete_run(older.name, True, False, [], login("bob"))[0].startswith("🗑")
 
 
 @pytest.fixture

@@ -202,7 +202,7 @@ def test_every_run_name_entry_point_answers_a_bad_name_with_a_reason(name):
     view = live_view.live_view(name, 0, "latest", name)
     assert "data-state='refused'" in view["progress"] and view["log"] == ""
     assert runs_panel.stop_training(name) == "Pick a run to stop."
-    assert runs_panel.delete_run(name, True) == ("Pick a run to delete.", False)
+    assert runs_panel.delete_run(name, True) == ("Pick a run to delete.", False, False)
     if isinstance(name, str):
         with pytest.raises(ChatModelError):
             run_for_choice("run:" + name)

@@ -1,0 +1,41 @@
+"""Deleting a run from the Runs panel, in Debian chromium: the table shows its size, and the delete says what it
+gave back; its exports go with it only when ticked."""
+
+import pytest
+from playwright.sync_api import expect
+
+from pipeline.run_folder import runs
+from pipeline.setup.config import RunConfig
+
+from .conftest import ARTIFACTS
+
+pytestmark = [pytest.mark.browser]
+
+
+def test_the_table_shows_a_runs_size_and_a_ticked_delete_takes_its_exports(page, app_url, studio_data):
+    run_dir = runs.new_run_dir("delete-me")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=4).to_dict())
+    runs.write_status(run_dir, "stopped", started_at=1.0, ended_at=2.0)
+    (run_dir / "adapter").mkdir()
+    (run_dir / "adapter" / "adapter_model.safetensors").write_bytes(b"\0" * 3 * 2**20)
+    export = runs.data_dir() / "exports" / f"{run_dir.name}-adapter.zip"
+    export.parent.mkdir(parents=True, exist_ok=True)
+    export.write_bytes(b"\0" * 2**20)
+
+    page.goto(app_url)
+    row = page.locator("#runs-table tr", has_text=run_dir.name)
+    expect(row).to_contain_text("3 MiB", timeout=30_000)
+    panel = page.locator(".column", has=page.get_by_role("button", name="Resume")).last
+    panel.get_by_label("Run", exact=True).click()
+    page.get_by_role("option", name=run_dir.name, exact=True).click()
+    page.get_by_label("Yes, delete it").check()
+    page.get_by_label("and its exports").check()
+    page.get_by_role("button", name="Delete").click()
+    expect(panel).to_contain_text(f"Deleted {run_dir.name} and the file exported from it: 4 MiB freed.",
+                                  timeout=30_000)
+    assert not run_dir.exists() and not export.exists()
+    # Both ticks are cleared: the next delete is confirmed anew.
+    expect(page.get_by_label("Yes, delete it")).not_to_be_checked()
+    expect(page.get_by_label("and its exports")).not_to_be_checked()
+    expect(page.locator("#runs-table")).not_to_contain_text(run_dir.name)
+    panel.screenshot(path=str(ARTIFACTS / "runs-delete.png"))
