@@ -223,9 +223,10 @@ def decoding_threads(cores: int) -> int:
     Each decoding step is hundreds of small operations, each split across the thread team and ended by a
     barrier, so a thread that loses its core to another process holds the whole team until it gets it back. That
     once made one thread the faster choice on 2 cores while a page redrew the charts several times a step. The live
-    view now redraws once a step, and every core is as fast with the Train tab open and faster without a page: the
-    default run took 179 s instead of 220 s headless (the same learning, to the digit), 20.9 s a step instead of
-    21.0 s watched (bench/results/decode-threads-trainer-2026-11-27.txt). Kept as the one place to change it.
+    view now redraws once a step, and every core is as fast with the Train tab open and faster without a page: on 2
+    cores a headless step of the default run took 17.3 s instead of 21.1 s (generation 9.1 s instead of 12.2 s,
+    A/B/B/A, the same rewards step for step), 20.9 s instead of 21.0 s watched
+    (bench/results/decode-threads-trainer-2026-11-27.txt). Kept as the one place to change it.
 
     >>> [decoding_threads(n) for n in (1, 2, 4, 16)]
     [1, 2, 4, 16]
