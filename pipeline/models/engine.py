@@ -218,25 +218,23 @@ def cut_at_eos(tokens: list[int], eos_ids) -> list[int]:
 
 
 def decoding_threads(cores: int) -> int:
-    """CPU threads for token-by-token decoding, out of a process's `cores` threads: all of them.
+    """CPU threads for token-by-token decoding, out of a process's `cores` threads: half, at least one.
 
     Each decoding step is hundreds of small operations, each split across the thread team and ended by a
-    barrier, so a thread that loses its core to another process holds the whole team until it gets it back. That
-    once made one thread the faster choice on 2 cores while a page redrew the charts several times a step. The live
-    view now redraws once a step, and every core is as fast with the Train tab open and faster without a page: on 2
-    cores a headless step of the default run took 17.3 s instead of 21.1 s (generation 9.1 s instead of 12.2 s,
-    A/B/B/A, the same rewards step for step), 20.9 s instead of 21.0 s watched
-    (bench/results/decode-threads-trainer-2026-11-27.txt). Kept as the one place to change it.
+    barrier. When anything else wants a core (the browser drawing the charts, the app serving the page),
+    the thread that loses its core holds the whole team at every barrier until the scheduler gives it back:
+    on 2 cores, greedy probes took 36-46 s with 2 threads and 6 s with 1 beside other work (about 4 s with 2
+    on a quiet machine). Training's large matrix products keep every core (set_up_runtime).
 
     >>> [decoding_threads(n) for n in (1, 2, 4, 16)]
-    [1, 2, 4, 16]
+    [1, 1, 2, 8]
     """
-    return max(1, cores)
+    return max(1, cores // 2)
 
 
 @contextlib.contextmanager
 def cpu_decoding(device) -> object:
-    """The CPU threads decoding_threads gives for the duration of the block when decoding on the CPU; the
+    """Fewer CPU threads for the duration of the block when decoding on the CPU (see decoding_threads); the
     process's setting comes back after. A no-op on a GPU."""
     import torch
 

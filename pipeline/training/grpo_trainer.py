@@ -80,7 +80,8 @@ def make_trainer_class():
                                   has_tool_images=False):
             # Text prompts on one process: sample from the adapter folded into the weights (no LoRA branch
             # per layer while decoding), each distinct prompt pre-filled once for its G rows.
-            # On the CPU, decoding runs on engine.decoding_threads (the one place that decides how many).
+            # On the CPU, decoding runs on fewer threads than training (engine.decoding_threads: a watched
+            # run shares its cores with the browser, and small per-token operations stall on a busy core).
             if (self.studio_fast and engine.single_process() and not self.use_vllm and images is None
                     and not multimodal_fields and not self.use_transformers_continuous_batching):
                 import torch
