@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ def tree_bytes(path: str | Path) -> int:
         st = os.lstat(path)
     except OSError:
         return 0
-    if not os.path.isdir(path) or os.path.islink(path):
+    if not stat.S_ISDIR(st.st_mode):  # a file, or a link (lstat does not follow it)
         return st.st_size
     total = 0
     try:

@@ -93,3 +93,15 @@ def fill_settings(page, values: dict[str, str]) -> None:
 # A lighter run for browser tests about the live view, not about learning: one prompt a step and short
 # completions halve a CPU step.
 LIGHT_RUN = {"Batch (completions / step)": "4", "Max completion tokens": "16"}
+
+
+def set_number_in_fold(page, header: str, elem_id: str, value: str) -> None:
+    """Open a panel folded on page load (its header text) and type `value` into the number box `elem_id` in it, as
+    a user would; Enter commits it."""
+    page.get_by_text(header).click()
+    field = page.locator(f"#{elem_id} input[type=number]")
+    expect(field).to_be_visible()
+    page.wait_for_timeout(500)  # a closed accordion's fields reset what is typed the moment they mount
+    field.fill(value)
+    field.press("Enter")
+    expect(field).to_have_value(value)

@@ -7,7 +7,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import ARTIFACTS
+from .conftest import ARTIFACTS, set_number_in_fold
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -19,13 +19,7 @@ def test_stream_side_by_side_and_score(page, app_url):
     page.locator("#chat-side input").check()
     expect(page.locator("#chat-b")).to_be_visible()
     # Short replies, as a user sets them under Generation settings: two models share the CPU.
-    page.get_by_text("Generation settings").click()
-    tokens = page.locator("#chat-max-tokens input[type=number]")
-    expect(tokens).to_be_visible()
-    page.wait_for_timeout(500)  # a closed accordion's fields reset what is typed the moment they mount
-    tokens.fill("40")
-    tokens.press("Enter")
-    expect(tokens).to_have_value("40")
+    set_number_in_fold(page, "Generation settings", "chat-max-tokens", "40")
     page.locator("#chat-input textarea").fill("Explain in two sentences why bread dough rises.")
     page.locator("#chat-send").click()
 

@@ -6,20 +6,14 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import ARTIFACTS
+from .conftest import ARTIFACTS, set_number_in_fold
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def short_answers(page, tokens: str = "48") -> None:
     """Set "Max new tokens" under Answer settings, as a user would: a short answer streams and is checked the same."""
-    page.get_by_text("Answer settings").click()
-    field = page.locator("#rag-max-tokens input[type=number]")
-    expect(field).to_be_visible()
-    page.wait_for_timeout(500)  # a closed accordion's fields reset what is typed the moment they mount
-    field.fill(tokens)
-    field.press("Enter")
-    expect(field).to_have_value(tokens)
+    set_number_in_fold(page, "Answer settings", "rag-max-tokens", tokens)
 
 
 def test_year_filtered_query_shows_results_and_streams_an_answer(page, app_url):
