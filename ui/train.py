@@ -12,6 +12,7 @@ from typing import Any
 
 import gradio as gr
 
+from pipeline.run_folder.runs import RUN_NAME_MAX
 from pipeline.setup.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.models.loading import catalog_choices, gpu_count
 from pipeline.training.preflight import SCAN_PROMPTS
@@ -100,6 +101,11 @@ def build(ctx: TabContext) -> Tab:
                 nproc = gr.Slider(1, max(gpus, 2), value=max(gpus, 1), step=1, visible=gpus > 1,
                                   label=f"Processes (one per GPU; {gpus} visible)",
                                   info="More than one starts the same trainer under torchrun (data parallel).")
+                run_name = gr.Textbox(label="Run name (optional)", max_lines=1, elem_id="run-name",
+                                      placeholder="e.g. lr 3e-4, or no diversity reward",
+                                      info=f"Up to {RUN_NAME_MAX} characters, kept after the run's start time "
+                                           "in its folder name, so the runs you compare say what you tried. "
+                                           "Left empty, the model and the prompts name it.")
                 with gr.Row():
                     check_btn = gr.Button("Pre-flight check")
                     scan_btn = gr.Button("Learnability scan", elem_id="scan-btn")
@@ -243,8 +249,9 @@ def build(ctx: TabContext) -> Tab:
         scan_btn.click(make_scanner(ctx.cache), [allow, scan_prompts], [scan_view, kept_prompts], inputs_kwargs=form,
                        concurrency_id="model", concurrency_limit=1, api_name="learnability_scan")
         cmd_btn.click(lambda: gr.Code(visible=True), None, command, queue=False, api_visibility="private").then(
-            show_command, [allow, nproc], command, inputs_kwargs=form)
-        then_refresh(start_btn.click(start_training, [allow, nproc], [run_select, message], inputs_kwargs=form,
+            show_command, [allow, nproc, run_name], command, inputs_kwargs=form)
+        then_refresh(start_btn.click(start_training, [allow, nproc, run_name], [run_select, message],
+                                     inputs_kwargs=form,
                                      concurrency_limit=1, concurrency_id="start"))
         stop_btn.click(stop_training, [run_select, ops], stop_message)
         # A step picked in the group inspector redraws the groups. Through the API (/refresh) it is the live view's

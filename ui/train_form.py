@@ -155,12 +155,18 @@ def make_scanner(cache) -> Callable[..., tuple[str, Any]]:
     return learnability_scan
 
 
-def show_command(allow_custom: bool, nproc, **form):
+def auto_label(cfg: RunConfig) -> str:
+    """What names a run when no run name is typed: its model and its prompts' source ("smollm2-tldr")."""
+    return Path(cfg.model).name.replace("SmolLM2-135M-Instruct", "smollm2") + "-" + cfg.dataset.source
+
+
+def show_command(allow_custom: bool, nproc, run_name: str = "", **form):
     try:
         cfg = form_to_config(form)
-    except ConfigError as exc:
+        label = runs.run_label(run_name, auto_label(cfg))
+    except (ConfigError, ValueError) as exc:
         return f"# {exc}"
-    placeholder = runs.runs_dir() / "NEW-RUN"
+    placeholder = runs.runs_dir() / f"START-TIME-{label}"
     single = runner.command_preview(runner.command("train", placeholder, allow_custom_rewards=allow_custom,
                                                    python=".venv/bin/python"), gpus=gpu_count())
     multi = runner.command_preview(runner.command("train", placeholder, nproc=max(int(nproc or 1), 2),
@@ -171,15 +177,15 @@ def show_command(allow_custom: bool, nproc, **form):
             f"# ...or on 2 processes / GPUs:\n{multi}\n\n# config.json\n{cfg.to_json()}")
 
 
-def start_training(allow_custom: bool, nproc, request: gr.Request = None, **form):
+def start_training(allow_custom: bool, nproc, run_name: str = "", request: gr.Request = None, **form):
     try:
         cfg = form_to_config(form)
+        label = runs.run_label(run_name, auto_label(cfg))
         processes = check_processes(nproc, gpu_count())
         # Offline with a hub model or dataset: said here, with the form as it is, not as a run that fails at once.
         unreachable = hub_fetch_problem(cfg.model, cfg.dataset.hub_id if cfg.dataset.source == "hub" else None)
         if unreachable:
             return gr.Dropdown(), f"❌ {unreachable}"
-        label = Path(cfg.model).name.replace("SmolLM2-135M-Instruct", "smollm2") + "-" + cfg.dataset.source
         # More than one process: the same entry point under torchrun, one rank per GPU. The run is the
         # logged-in user's (no one's without a login).
         run_dir = runner.start("train", cfg=cfg, label=label, nproc=processes, allow_custom_rewards=allow_custom,

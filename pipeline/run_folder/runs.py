@@ -57,8 +57,34 @@ def start_lock():
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+RUN_NAME_MAX = 40  # characters of a typed run name (the folder name adds the start time before it)
+
+
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:40] or "run"
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:RUN_NAME_MAX] or "run"
+
+
+def run_label(typed: str | None, fallback: str) -> str:
+    """What names a new run's folder, after its start time: the run name typed beside Start, or `fallback` (the
+    model and the prompts) when none was. Letters and digits are kept, lower-cased; anything else becomes '-'.
+
+    >>> run_label("  LR 3e-4 ", "smollm2-tldr"), run_label("", "smollm2-tldr"), run_label(None, "smollm2-tldr")
+    ('lr-3e-4', 'smollm2-tldr', 'smollm2-tldr')
+    >>> run_label("../../etc", "x")
+    'etc'
+    >>> run_label("***", "x")
+    Traceback (most recent call last):
+    ...
+    ValueError: A run name needs at least one letter or digit; '***' has none.
+    """
+    name = (typed or "").strip()
+    if not name:
+        return _slug(fallback)
+    if len(name) > RUN_NAME_MAX:
+        raise ValueError(f"A run name has at most {RUN_NAME_MAX} characters; this one has {len(name)}.")
+    if not re.search(r"[A-Za-z0-9]", name):
+        raise ValueError(f"A run name needs at least one letter or digit; {name!r} has none.")
+    return _slug(name)
 
 
 def new_run_dir(label: str = "run") -> Path:

@@ -30,9 +30,11 @@ def test_typed_settings_reach_the_run_config(page, app_url, tiny_model_dir):
     fill_settings(page, LIGHT_RUN)  # a lighter first step: the run is stopped during it
     # The model's answers don't matter here: a two-layer model with random weights, from a local folder.
     page.get_by_label("…or a hub id / local folder").fill(str(tiny_model_dir))
+    page.locator("#run-name textarea, #run-name input").first.fill("Tiny model: 6 steps")
     page.locator("#start-btn").click()
     expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)
     run_name = page.locator("#run-select input").input_value()
+    assert run_name.endswith("-tiny-model-6-steps"), run_name  # the typed name, after the start time
     cfg = json.loads((runs.runs_dir() / run_name / "config.json").read_text())
     assert (cfg["max_steps"], cfg["save_steps"], cfg["batch_size"]) == (6, 1, 4)
     assert cfg["model"] == str(tiny_model_dir)

@@ -150,8 +150,8 @@ def value_of(output):
     return output.get("value") if isinstance(output, dict) else output
 
 
-def start_inputs(cfg: RunConfig) -> list:
-    """What the Start button sends for `cfg`, in its API order: processes, then the form by name in
+def start_inputs(cfg: RunConfig, run_name: str = "") -> list:
+    """What the Start button sends for `cfg`, in its API order: processes, the run name, then the form by name in
     `form_keys` order (the uploaded file's path and the scan's kept prompts are States, which the API leaves out)."""
     from ui.form import REWARD_COLUMNS, config_to_form
 
@@ -159,7 +159,7 @@ def start_inputs(cfg: RunConfig) -> list:
     form.pop("path")
     form.pop("signal_prompts")
     form["rewards"] = {"headers": REWARD_COLUMNS, "data": form["rewards"]}
-    return [1, *form.values()]
+    return [1, run_name, *form.values()]
 
 
 def stand_in(monkeypatch, kind: str, make_command) -> None:

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -206,3 +207,33 @@ def test_every_run_name_entry_point_answers_a_bad_name_with_a_reason(name):
     if isinstance(name, str):
         with pytest.raises(ChatModelError):
             run_for_choice("run:" + name)
+
+
+@pytest.mark.parametrize("typed", ["../../outside", "/etc/passwd", "a/../../b", "x" + chr(0) + "y", "C:\\temp",
+                                   " ~/.ssh ", "run\nname"])
+def test_a_typed_run_name_makes_a_new_folder_directly_under_runs(typed):
+    """The name typed beside Start becomes part of a folder name: whatever it holds, the folder is a new one
+    directly under runs/, named by its start time and the name's letters and digits."""
+    run_dir = runs.new_run_dir(runs.run_label(typed, "fallback"))
+    try:
+        assert run_dir.parent == runs.runs_dir()
+        assert re.fullmatch(r"\d{8}-\d{6}-[a-z0-9]+(-[a-z0-9]+)*", run_dir.name), run_dir.name
+    finally:
+        run_dir.rmdir()
+
+
+def test_start_refuses_a_run_name_it_cannot_use_and_makes_no_folder():
+    from pipeline.setup.config import RunConfig
+    from ui.form import config_to_form
+    from ui.train_form import show_command, start_training
+
+    form = config_to_form(RunConfig())
+    before = set(runs.runs_dir().iterdir())
+    for typed, reason in (("***", "needs at least one letter or digit"), ("..", "needs at least one letter"),
+                          ("x" * 41, "at most 40 characters; this one has 41")):
+        _, message = start_training(False, 1, typed, **form)
+        assert message.startswith("❌ A run name") and reason in message, message
+    assert set(runs.runs_dir().iterdir()) == before
+    # The command Show command prints names the folder the same way.
+    assert "START-TIME-lr-3e-4/config.json" in show_command(False, 1, " LR 3e-4 ", **form)
+    assert show_command(False, 1, "***", **form).startswith("# A run name needs")
