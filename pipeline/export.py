@@ -22,10 +22,10 @@ from typing import Callable, Iterator
 
 from pipeline.models import gguf_export
 from pipeline.run_folder import owners, run_files
-from pipeline.run_folder.runs import is_disk_full, room_problem
+from pipeline.run_folder.runs import exports_dir, is_disk_full, room_problem
 from pipeline.run_folder.jobs import PUSH
 from pipeline.run_folder.jobstate import job_worker
-from pipeline.run_folder.paths import data_dir, keep_private
+from pipeline.run_folder.paths import keep_private
 
 TOKEN_ENV = next(option.env for option in PUSH.options if option.env)  # "HF_TOKEN": how the token travels
 
@@ -65,7 +65,7 @@ def export_target(run_dir: Path | None, actor: owners.Actor | None, step: int | 
     refusal = owners.refusal(run_dir, actor, "export it")
     if refusal:
         raise ExportError(refusal)
-    out = data_dir() / "exports"
+    out = exports_dir()
     out.mkdir(parents=True, exist_ok=True)
     return run_dir, out
 

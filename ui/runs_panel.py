@@ -125,7 +125,7 @@ def metrics_download(run_name: str | None) -> tuple[Any, str]:
     metrics, evals = runs.read_metrics(path), runs.read_evals(path)
     if not metrics and not evals:
         return gr.File(visible=False), f"{path.name} has no steps yet: its metrics appear after the first one."
-    out = runs.data_dir() / "exports" / f"{path.name}-metrics.csv"
+    out = runs.exports_dir() / f"{path.name}-metrics.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(metrics_csv(metrics, evals), encoding="utf-8")
     steps = len({r["step"] for r in metrics if isinstance(r.get("step"), int)})
@@ -247,6 +247,8 @@ def deleted_text(name: str, deleted: disk.Deleted) -> str:
     🗑 Deleted **r1**: 3 MiB freed.
     >>> print(deleted_text("r1", disk.Deleted(2**30, [Path("r1-merged.zip"), Path("r1-F16.gguf")], 2**29)))
     🗑 Deleted **r1** and the 2 files exported from it: 1.5 GiB freed.
+    >>> print(deleted_text("r1", disk.Deleted(2**20, exports_kept=[Path("/nowhere/r1-F16.gguf")])))
+    🗑 Deleted **r1**: 1 MiB freed. The file exported from it (0 B) stays in the exports folder: `r1-F16.gguf`.
     """
     if deleted.exports_removed:
         files = "the file" if len(deleted.exports_removed) == 1 else f"the {len(deleted.exports_removed)} files"
@@ -254,8 +256,66 @@ def deleted_text(name: str, deleted: disk.Deleted) -> str:
     text = f"🗑 Deleted **{name}**: {disk.size_text(deleted.freed)} freed."
     kept = deleted.exports_kept
     if kept:
-        files = "file" if len(kept) == 1 else "files"
-        size = disk.size_text(deleted.kept_bytes)
-        text += (f" The {len(kept)} {files} exported from it ({size}) stay in the exports folder: "
+        files = "The file exported from it" if len(kept) == 1 else f"The {len(kept)} files exported from it"
+        stay = "stays" if len(kept) == 1 else "stay"
+        text += (f" {files} ({disk.size_text(deleted.kept_bytes)}) {stay} in the exports folder: "
                  f"{', '.join(f'`{p.name}`' for p in kept)}.")
     return text
+
+
+EXPORTS_EMPTY = ("The exports folder is empty. What you take out of a run lands there: the zips and GGUF files of "
+                 "Chat's *Export a run*, and *Download metrics (CSV)*.")
+
+
+def exports_view() -> tuple[str, gr.Button]:
+    """The exports folder, run by run with what each takes, then the files kept from deleted runs, with the
+    button that removes those (shown only when there are some)."""
+    found = runs.exports_on_disk()
+    return exports_text(found), orphans_button(found)
+
+
+def exports_text(found: disk.ExportsFolder) -> str:
+    """The exports folder in words.
+
+    >>> from pathlib import Path
+    >>> print(exports_text(disk.ExportsFolder()).split(".")[0])
+    The exports folder is empty
+    >>> folder = disk.ExportsFolder({"r1": [Path("/nowhere/r1-merged.zip")]}, [Path("/nowhere/r0-F16.gguf")])
+    >>> print(exports_text(folder))
+    | run | files | size |
+    |---|---|---|
+    | r1 | 1 | 0 B |
+    <BLANKLINE>
+    **Kept from deleted runs**: 1 file, 0 B (`r0-F16.gguf`). Nothing in the app reaches them any more.
+    """
+    if not found.by_run and not found.orphans:
+        return EXPORTS_EMPTY
+    parts = []
+    if found.by_run:
+        rows = [f"| {run} | {len(paths)} | {disk.size_text(sum(disk.tree_bytes(p) for p in paths))} |"
+                for run, paths in sorted(found.by_run.items(), reverse=True)]
+        parts.append("\n".join(["| run | files | size |", "|---|---|---|", *rows]))
+    if found.orphans:
+        count = "1 file" if len(found.orphans) == 1 else f"{len(found.orphans)} files"
+        names = ", ".join(f"`{p.name}`" for p in found.orphans[:8]) + (" …" if len(found.orphans) > 8 else "")
+        parts.append(f"**Kept from deleted runs**: {count}, {disk.size_text(found.orphan_bytes)} ({names}). "
+                     "Nothing in the app reaches them any more.")
+    return "\n\n".join(parts)
+
+
+def orphans_button(found: disk.ExportsFolder) -> gr.Button:
+    count = "the file" if len(found.orphans) == 1 else f"the {len(found.orphans)} files"
+    return gr.Button(f"Remove {count} from deleted runs ({disk.size_text(found.orphan_bytes)})",
+                     visible=bool(found.orphans))
+
+
+def remove_orphan_exports(operators=(), request: gr.Request = None) -> tuple[str, gr.Button]:
+    """Remove the exports whose run is gone, then show the folder again with what was freed above it."""
+    try:
+        removed, freed = runs.remove_orphan_exports(acting(request, operators))
+    except ValueError as exc:
+        text, button = exports_view()
+        return f"❌ {exc}\n\n{text}", button
+    files = "1 file" if len(removed) == 1 else f"{len(removed)} files"
+    text, button = exports_view()
+    return f"🗑 Removed {files} from deleted runs: {disk.size_text(freed)} freed.\n\n{text}", button

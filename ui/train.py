@@ -23,8 +23,9 @@ from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCE_SHOWN, SOURCES, config_to_form, form_fields, form_keys, reward_rows
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
 from ui.runs_panel import (
-    NO_RUNS, compare_runs, compare_settings, delete_run, eval_view, evaluate_run, metrics_download, overlay_colors,
-    overlay_labels, refresh_runs, resume_training, runs_hint, runs_table, stop_evaluation, stop_push, stop_training,
+    EXPORTS_EMPTY, NO_RUNS, compare_runs, compare_settings, delete_run, eval_view, evaluate_run, exports_view,
+    metrics_download, overlay_colors, overlay_labels, refresh_runs, remove_orphan_exports, resume_training, runs_hint,
+    runs_table, stop_evaluation, stop_push, stop_training,
 )
 from ui.train_form import (
     CLOSE_SETTINGS_JS, UPLOAD_TYPES, fill_preset, hyper_component, make_scanner, preview_dataset, reward_docs,
@@ -204,6 +205,10 @@ def build(ctx: TabContext) -> Tab:
                         delete_btn = gr.Button("Delete", variant="stop")
                     action_msg = gr.Markdown()
                     eval_box = gr.Markdown(elem_id="eval-status")
+                    with gr.Accordion("Exports folder", open=False, elem_id="exports-fold") as exports_fold:
+                        exports_md = gr.Markdown(EXPORTS_EMPTY, elem_id="exports-view")
+                        orphans_btn = gr.Button("Remove the files from deleted runs", size="sm", variant="stop",
+                                                visible=False, elem_id="orphans-btn")
 
         # The form by name (RunConfig / DatasetSpec field names), in form_keys order, which is also the order
         # the API takes: handlers get it as keyword arguments and ui.form.form_to_config turns it into a config.
@@ -280,8 +285,13 @@ def build(ctx: TabContext) -> Tab:
         metrics_btn.click(metrics_download, action_run, [metrics_file, action_msg], api_visibility="private")
         action_run.change(lambda: gr.File(visible=False), None, metrics_file, show_progress="hidden",
                           api_visibility="private")  # the file shown was another run's
-        then_refresh(delete_btn.click(delete_run, [action_run, confirm, with_exports, ops],
-                                      [action_msg, confirm, with_exports]))
+        deleted = delete_btn.click(delete_run, [action_run, confirm, with_exports, ops],
+                                   [action_msg, confirm, with_exports])
+        then_refresh(deleted)
+        # The exports folder is read when opened, and again after a delete, which may have kept or taken files.
+        for event in (exports_fold.expand, deleted.then):
+            event(exports_view, None, [exports_md, orphans_btn], show_progress="hidden", api_visibility="private")
+        orphans_btn.click(remove_orphan_exports, ops, [exports_md, orphans_btn], api_name="remove_orphan_exports")
         live_plots = {name: shown[name] for name in PLOTS}
         live_refresh.click(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),
                            js=watch.take_moved_js("live-refresh", len(live_inputs)), show_progress="hidden",

@@ -79,6 +79,56 @@ def run_exports(run_name: str, exports_dir: str | Path) -> list[Path]:
     return [Path(exports_dir) / n for n in names if is_export_of(n, run_name)]
 
 
+# A run folder's name: its start time, then its label (pipeline/run_folder/runs.py new_run_dir).
+_RUN_NAME = r"\d{8}-\d{6}-[A-Za-z0-9-]+"
+
+
+def looks_like_export(name: str) -> bool:
+    """Whether a name in the exports folder has the shape of a run's export (a run folder's name, then an export
+    suffix). Anything else there (a half-written `.tmp`, a file put there by hand) is never counted or removed.
+
+    >>> [looks_like_export(n) for n in ("20261127-101500-tldr-merged.zip", "20261127-101500-a-b-step3-Q8_0.gguf")]
+    [True, True]
+    >>> [looks_like_export(n) for n in (".20261127-101500-tldr-F16.gguf.tmp", "notes-merged.zip", "x.txt")]
+    [False, False, False]
+    """
+    return re.fullmatch(_RUN_NAME + EXPORT_SUFFIX.pattern, name) is not None
+
+
+@dataclass
+class ExportsFolder:
+    """What the exports folder holds: each export by the run it came from, those whose run is gone, and the rest."""
+    by_run: dict[str, list[Path]] = field(default_factory=dict)
+    orphans: list[Path] = field(default_factory=list)
+
+    @property
+    def orphan_bytes(self) -> int:
+        return sum(tree_bytes(p) for p in self.orphans)
+
+    @property
+    def run_bytes(self) -> int:
+        return sum(tree_bytes(p) for paths in self.by_run.values() for p in paths)
+
+
+def exports_folder(exports_dir: str | Path, run_names: list[str]) -> ExportsFolder:
+    """Sort the exports folder: an export of a run on disk goes under that run (the longest name that matches, so
+    "…-tldr-2-merged.zip" is "…-tldr-2"'s, not "…-tldr"'s); an export-shaped name no run on disk claims is an orphan:
+    its run was deleted and the file kept."""
+    found = ExportsFolder()
+    try:
+        names = sorted(os.listdir(exports_dir))
+    except OSError:
+        return found
+    longest_first = sorted(run_names, key=len, reverse=True)
+    for name in names:
+        owner = next((run for run in longest_first if is_export_of(name, run)), None)
+        if owner is not None:
+            found.by_run.setdefault(owner, []).append(Path(exports_dir) / name)
+        elif looks_like_export(name):
+            found.orphans.append(Path(exports_dir) / name)
+    return found
+
+
 def remove(paths: list[Path]) -> int:
     """Delete files and folders; returns the bytes they held. One that is already gone is skipped."""
     freed = 0

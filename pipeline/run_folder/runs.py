@@ -43,6 +43,11 @@ def runs_dir() -> Path:
     return path
 
 
+def exports_dir() -> Path:
+    """Where the files exported from runs go (zips, GGUF files, metrics CSVs), named after their run."""
+    return data_dir() / "exports"
+
+
 @contextlib.contextmanager
 def start_lock():
     """One Start, Resume or Delete at a time on this machine, across threads, sessions and processes (two
@@ -459,9 +464,24 @@ def delete_run(run_dir: str | Path, actor: owners.Actor | None = None, with_expo
             raise ValueError(f"This run is {job.doing}: wait for {job.what} or stop it first.")
         deleted = disk.Deleted(disk.tree_bytes(run_dir))
         shutil.rmtree(run_dir)
-    exports = disk.run_exports(run_dir.name, data_dir() / "exports")
+    exports = disk.run_exports(run_dir.name, exports_dir())
     if with_exports:
         deleted.exports_removed, deleted.removed_bytes = exports, disk.remove(exports)
     else:
         deleted.exports_kept = exports
     return deleted
+
+
+def exports_on_disk() -> disk.ExportsFolder:
+    """The exports folder, sorted by the runs on disk (and the orphans, whose run was deleted)."""
+    return disk.exports_folder(exports_dir(), [p.name for p in iter_run_dirs()])
+
+
+def remove_orphan_exports(actor: owners.Actor | None = None) -> tuple[list[Path], int]:
+    """Remove the exports whose run is no longer on disk: the files a delete kept. Whose they were is not known any
+    more, so under a login only an operator may; without one, the one user may. Returns what went and its bytes."""
+    if actor is not None and actor.user is not None and not actor.operator:
+        raise ValueError("Files kept from deleted runs may have been anyone's: only an operator may remove them.")
+    with start_lock():  # not while a Start or a Delete is deciding what is on disk
+        orphans = exports_on_disk().orphans
+        return orphans, disk.remove(orphans)

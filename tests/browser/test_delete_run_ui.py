@@ -40,3 +40,28 @@ def test_the_table_shows_a_runs_size_and_a_ticked_delete_takes_its_exports(page,
     expect(page.get_by_label("and its exports")).not_to_be_checked()
     expect(page.locator("#runs-table")).not_to_contain_text(run_dir.name)
     panel.screenshot(path=str(ARTIFACTS / "runs-delete.png"))
+
+
+def test_files_kept_from_a_deleted_run_are_listed_and_removed_from_the_exports_folder(page, app_url, studio_data):
+    run_dir = runs.new_run_dir("keep-its-zip")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=4).to_dict())
+    runs.write_status(run_dir, "stopped", started_at=1.0, ended_at=2.0)
+    kept = runs.exports_dir() / f"{run_dir.name}-merged.zip"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_bytes(b"\0" * 2 * 2**20)
+
+    page.goto(app_url)
+    panel = page.locator(".column", has=page.get_by_role("button", name="Resume")).last
+    panel.get_by_label("Run", exact=True).click()
+    page.get_by_role("option", name=run_dir.name, exact=True).click()
+    page.get_by_label("Yes, delete it").check()
+    page.get_by_role("button", name="Delete").click()  # "and its exports" left unticked: the zip stays
+    expect(panel).to_contain_text("The file exported from it (2 MiB) stays in the exports folder", timeout=30_000)
+    page.locator("#exports-fold").get_by_text("Exports folder").click()
+    view = page.locator("#exports-view")
+    expect(view).to_contain_text(f"Kept from deleted runs: 1 file, 2 MiB ({kept.name})", timeout=30_000)
+    page.locator("#orphans-btn").click()
+    expect(view).to_contain_text("Removed 1 file from deleted runs: 2 MiB freed.", timeout=30_000)
+    expect(page.locator("#orphans-btn")).to_be_hidden()
+    assert not kept.exists()
+    page.locator("#exports-fold").screenshot(path=str(ARTIFACTS / "runs-exports-folder.png"))

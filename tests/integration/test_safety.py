@@ -145,7 +145,7 @@ def test_login_is_enforced_when_asked(studio_data, tmp_path):
             with pytest.raises(ValueError) as refused:
                 Client(url, auth=(user, password), verbose=False)
             assert (type(refused.value), str(refused.value)) == (ValueError, f"Could not login to {url}.")
-        client = Client(url, auth=("bob", "builder"), verbose=False)
+        client = bob = Client(url, auth=("bob", "builder"), verbose=False)
         _, summary = client.predict({"headers": ["use", "reward", "weight", "params (JSON)"], "data": []},
                                     "", "", "", "1,0", True, api_name="/score_candidates")
         assert "std" in summary
@@ -164,9 +164,17 @@ def test_login_is_enforced_when_asked(studio_data, tmp_path):
         assert run_dir.is_dir()
         alice = Client(url, auth=("alice", "wonderland"), verbose=False)
         alice.predict(None, api_name="/refresh_runs")
+        kept = runs.exports_dir() / f"{run_dir.name}-adapter.zip"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_bytes(b"\0" * 100)
         assert alice.predict(run_dir.name, True, False, api_name="/delete_run")[0].startswith(
             f"🗑 Deleted **{run_dir.name}**: ")
         assert not run_dir.exists()
+        # The zip she kept is now nobody's to prove: under a login, only an operator may remove it.
+        for user in (bob, alice):
+            text = user.predict(api_name="/remove_orphan_exports")
+            assert text.startswith("❌ Files kept from deleted runs may have been anyone's: only an operator"), text
+        assert kept.exists()
     finally:
         demo.close()
 

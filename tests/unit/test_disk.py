@@ -3,6 +3,8 @@ run's whose name starts the same. (A refused delete leaves the exports too: test
 
 import os
 
+import pytest
+
 from pipeline.run_folder import disk, runs
 from pipeline.setup.config import RunConfig
 
@@ -75,3 +77,37 @@ def test_a_delete_keeps_the_exports_and_says_so_or_takes_them_when_asked(studio_
     assert not taken_run.exists() and not any(p.exists() for p in taken)
     assert all(p.exists() for p in others)
 
+
+
+def test_the_exports_folder_sorts_by_run_and_only_the_files_of_deleted_runs_are_removed(tmp_path, monkeypatch):
+    """Exports kept when their run was deleted can be removed from the Runs panel. Only those: an export of a run
+    on disk (even one whose name starts like the deleted run's), a half-written .tmp and a file put there by hand
+    stay. Under a login only an operator may remove them, since whose they were is no longer known."""
+    from pipeline.run_folder.owners import Actor
+    from ui import runs_panel
+
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))  # a folder of its own: this removes every orphan
+    assert runs_panel.exports_view()[0] == runs_panel.EXPORTS_EMPTY
+    here, gone = new_run("here"), new_run("gone")
+    also_here = runs.runs_dir() / f"{gone.name}-2"  # a run of the same label started in the same second
+    also_here.mkdir()
+    runs.write_json_atomic(also_here / "config.json", RunConfig().to_dict())
+    here_files = export_files(here.name, "-merged.zip", "-step2-merged")
+    other_run_files = export_files(also_here.name, "-F16.gguf")
+    orphans = export_files(gone.name, "-adapter.zip", "-Q8_0.gguf", "-metrics.csv")
+    by_hand = export_files("notes", ".txt") + export_files(f".{gone.name}-F16.gguf", ".tmp")
+    runs.delete_run(gone)  # its exports stay: now they are orphans
+
+    found = runs.exports_on_disk()
+    assert found.by_run[here.name] == here_files and sorted(found.orphans) == sorted(orphans)
+    text, button = runs_panel.exports_view()
+    assert "**Kept from deleted runs**: 3 files, 300 B" in text and f"| {here.name} | 2 | 1 KiB |" in text
+    assert button.visible and button.value == "Remove the 3 files from deleted runs (300 B)"
+
+    with pytest.raises(ValueError, match="only an operator"):
+        runs.remove_orphan_exports(Actor("bob"))  # a user with a login who is not an operator
+    assert all(p.exists() for p in orphans)
+    text, button = runs_panel.remove_orphan_exports(operators=["carol"], request=type("R", (), {"username": "carol"}))
+    assert text.startswith("🗑 Removed 3 files from deleted runs: 300 B freed.") and not button.visible
+    assert not any(p.exists() for p in orphans)
+    assert all(p.exists() for p in here_files + other_run_files + by_hand)
