@@ -110,7 +110,9 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
     markers = charts.change_markers(steered)
     out: dict[str, Any] = {}
     if "progress" in parts:
+        ended = snap.state in ("finished", "stopped")  # then the held-out probes' before and after, under the header
         out["progress"] = (views.progress_html(run_name, snap.status, snap.metrics, max_steps, snap.problems)
+                           + (probes_view.outcome_html(snap.evals, snap.state) if ended else "")
                            + steer_view.changes_html(steered))
         out["stop_btn"] = stop_button(snap.state)
     if "charts" in parts:

@@ -224,3 +224,49 @@ def _probe_history(evals: list[dict], j: int, chosen: int, key: str | None) -> s
     return (f"<details class='gs-probe-history'><summary>total by step: {' → '.join(cells)}</summary>"
             f"<table class='gs-table'><tr><th>step</th><th>total</th>{task_head}<th>answer</th></tr>"
             f"{''.join(rows)}</table></details>")
+
+
+def _change_cell(before, after) -> str:
+    """The change between two scores, marked up or down (higher is better for every reward and task metric)."""
+    if not (_finite(before) and _finite(after)):
+        return "<td>-</td>"
+    delta = after - before
+    if abs(delta) < 1e-9:
+        return "<td class='gs-same'>±0</td>"
+    mark, cls = ("▲", "gs-up") if delta > 0 else ("▼", "gs-down")
+    return f"<td class='{cls}'>{mark} {delta:+.3g}</td>"
+
+
+def outcome_html(evals: list[dict], state: str | None) -> str:
+    """Once a run has finished or stopped: its held-out probes before (step 0, the base model) and after (the last
+    probe), the total reward, the task metric and each reward side by side, and where to look next. Empty
+    before that, or without a probe past step 0.
+
+    >>> evals = [{"step": 0, "reward": 197.1, "rewards": {"length_target": -91.5}, "samples": [{}, {}],
+    ...           "task": {"kind": "summary", "summary_score": 0.79}},
+    ...          {"step": 11, "reward": 261.0, "rewards": {"length_target": -35.0}, "samples": [{}, {}],
+    ...           "task": {"kind": "summary", "summary_score": 0.83}}]
+    >>> outcome_html(evals, "running"), outcome_html(evals[:1], "finished")
+    ('', '')
+    >>> text = outcome_html(evals, "finished")
+    >>> "on 2 held-out prompts" in text, "<td>197</td><td>261</td><td class='gs-up'>▲ +63.9</td>" in text
+    (True, True)
+    """
+    if state not in ("finished", "stopped") or len(evals) < 2 or evals[0].get("step") != 0:
+        return ""
+    base, tuned = evals[0], evals[-1]
+    rows = [("total reward", base.get("reward"), tuned.get("reward"))]
+    key = _task_key(base.get("task"))
+    if key:
+        rows.append((key, (base.get("task") or {}).get(key), (tuned.get("task") or {}).get(key)))
+    names = list(base.get("rewards") or {})
+    rows += [(name, (base.get("rewards") or {}).get(name), (tuned.get("rewards") or {}).get(name)) for name in names]
+    body = "".join(f"<tr><th>{html.escape(name)}</th><td>{_score(before)}</td><td>{_score(after)}</td>"
+                   f"{_change_cell(before, after)}</tr>" for name, before, after in rows)
+    prompts = len(tuned.get("samples") or [])
+    return (f"<div class='gs-outcome'><div><b>Before and after</b>, on {prompts} held-out prompts the run never "
+            f"trained on, answered greedily: the base model at step 0, the tuned one at step {tuned['step']}.</div>"
+            f"<table class='gs-outcome-table'><tr><th></th><th>base</th><th>tuned</th><th>change</th></tr>{body}"
+            "</table><div class='gs-next'>Next: talk to it beside the base model in <b>Chat</b> (tick <i>Side by "
+            "side</i>), or press <b>Evaluate base vs tuned</b> in the Runs panel to score it on every held-out "
+            "prompt.</div></div>")

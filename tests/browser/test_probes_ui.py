@@ -1,7 +1,7 @@
 """Completions over time, in Debian chromium: a run of the arithmetic preset shows the base model's answers
 (step 0) to held-out prompts with their format compliance, then a later probe step with what changed, can be
-scrubbed back, and probes the step a Stop ends on. One training for the whole panel: a browser training costs
-a minute here."""
+scrubbed back, and probes the step a Stop ends on; the stopped run's header then sets base against tuned. One
+training for the whole panel: a browser training costs a minute here."""
 
 import json
 import re
@@ -84,3 +84,10 @@ def test_probes_show_step_0_then_a_later_step_with_format_compliance_and_the_ste
     expect(panel).to_contain_text("· end", timeout=30_000)
     shot(page, "probes-04-stopped")
     shot(page, "probes-06-arithmetic-end", page.locator("#probes"))
+    # Under the header: the base model against the tuned one on the same held-out prompts, and what to do next.
+    outcome = page.locator("#progress .gs-outcome")
+    expect(outcome).to_contain_text("on 2 held-out prompts the run never trained on", timeout=30_000)
+    expect(outcome.locator("tr", has_text="accuracy")).to_be_visible()
+    expect(outcome.locator("tr", has_text="numeric_tolerance")).to_be_visible()
+    expect(outcome).to_contain_text("Evaluate base vs tuned")
+    shot(page, "probes-07-before-and-after", page.locator("#progress"))
