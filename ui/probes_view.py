@@ -270,3 +270,17 @@ def outcome_html(evals: list[dict], state: str | None) -> str:
             "</table><div class='gs-next'>Next: talk to it beside the base model in <b>Chat</b> (tick <i>Side by "
             "side</i>), or press <b>Evaluate base vs tuned</b> in the Runs panel to score it on every held-out "
             "prompt.</div></div>")
+
+
+def held_out_text(evals: list[dict]) -> str:
+    """The held-out reward at step 0 (the base model) and at the last probe, for the runs table.
+
+    >>> held_out_text([{"step": 0, "reward": 197.09}, {"step": 5, "reward": 230.0}, {"step": 11, "reward": 258.4}])
+    '197 → 258'
+    >>> held_out_text([{"step": 0, "reward": 0.5}]), held_out_text([])
+    ('0.5 → …', '')
+    """
+    if not evals or evals[0].get("step") != 0:
+        return ""
+    after = _score(evals[-1].get("reward")) if len(evals) > 1 else "…"
+    return f"{_score(evals[0].get('reward'))} → {after}"

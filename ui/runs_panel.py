@@ -15,14 +15,16 @@ from pipeline.run_folder import disk, run_files, runs
 from pipeline.run_folder.jobs import EVAL_LIMIT
 from pipeline.models.loading import gpu_count
 from pipeline.setup import steering
-from ui import charts, compare_view, steer_view, views
+from ui import charts, compare_view, probes_view, steer_view, views
 from ui.tab import acting
 
 
-# "problems" next to the state, so a damaged run's reason is seen without scrolling (empty for healthy runs); "disk"
-# too, for whoever is freeing space.
-RUN_COLUMNS = ["run", "state", "disk", "owner", "problems", "model", "dataset", "rewards", "step", "max_steps",
-               "final_reward", "steered", "duration_s"]
+# What tells runs apart first, from the left: its state (and, for a damaged run, why), how far it got, its last train
+# reward and its held-out reward before and after (the base model at step 0, the last probe), its time and size;
+# then what it was. Whose it is, what was steered and what is damaged show once some run has them.
+RUN_COLUMNS = ["run", "state", "problems", "step", "train reward", "held-out", "time", "disk", "owner", "steered",
+               "model", "dataset", "rewards"]
+OPTIONAL_COLUMNS = ("owner", "steered", "problems")
 
 
 def run_names() -> list[str]:
@@ -63,11 +65,15 @@ def runs_table():
     import pandas as pd
 
     rows = runs.list_runs()
-    for row in rows:  # the changes steered into each run (step: setting old→new), and the space it takes
-        row["steered"] = steer_view.changes_text(steering.applied_changes(row["path"]))
-        row["disk"] = disk.size_text(disk.tree_bytes(row["path"]))
-    # Whose run it is, and what was steered, matter only once some run has them: until then the column stays out.
-    columns = [c for c in RUN_COLUMNS if c not in ("owner", "steered") or any(r.get(c) for r in rows)]
+    for row in rows:
+        path = Path(row["path"])
+        row["steered"] = steer_view.changes_text(steering.applied_changes(path))  # step: setting old→new
+        row["disk"] = disk.size_text(disk.tree_bytes(path))
+        row["step"] = f"{row.get('step') or 0} / {row.get('max_steps') or '?'}"
+        row["train reward"] = probes_view._score(row.get("final_reward")) if row.get("final_reward") is not None else ""
+        row["held-out"] = probes_view.held_out_text(runs.read_jsonl(path / run_files.EVALS))
+        row["time"] = views._fmt_seconds(row.get("duration_s")) if row.get("duration_s") is not None else ""
+    columns = [c for c in RUN_COLUMNS if c not in OPTIONAL_COLUMNS or any(r.get(c) for r in rows)]
     return pd.DataFrame([[r.get(c) for c in columns] for r in rows], columns=columns)
 
 

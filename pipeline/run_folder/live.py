@@ -49,8 +49,8 @@ def listed_parts() -> dict[str, tuple[str, ...]]:
     """Every run's files, by the part that lists them: the runs table; the jobs box, which shows a job running
     elsewhere when the Runs panel's run has none; the Chat tab's push message, for any run's push."""
     return {
-        "runs": (run_files.CONFIG, TRAIN.status_file, run_files.LAUNCHES, run_files.METRICS, run_files.OWNER,
-                 run_files.STEERING),
+        "runs": (run_files.CONFIG, TRAIN.status_file, run_files.LAUNCHES, run_files.METRICS, run_files.EVALS,
+                 run_files.OWNER, run_files.STEERING),
         "jobs": tuple(spec.status_file for spec in jobs.JOBS.values() if not spec.run_state),
         "push": (PUSH.status_file,),
     }

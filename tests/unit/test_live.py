@@ -57,7 +57,8 @@ def test_the_stamps_hold_still_until_a_file_a_part_reads_changes():
     step, group, probe = {"step": 1, "reward": 1.0}, {"step": 1, "groups": []}, {"step": 0, "reward": 0.5}
     assert moved(lambda: append(run_dir / "metrics.jsonl", step)) == {"progress", "charts", "runs"}
     assert moved(lambda: append(run_dir / "groups.jsonl", group)) == {"progress", "groups"}
-    assert moved(lambda: append(run_dir / "evals.jsonl", probe)) == {"progress", "charts", "probes"}
+    # a probe: its panel, the held-out chart and trend, and the runs table's held-out column
+    assert moved(lambda: append(run_dir / "evals.jsonl", probe)) == {"progress", "charts", "probes", "runs"}
     assert moved(lambda: (run_dir / "train.log").write_text("step 1\n")) == {"log"}
     # A change asked for moves the steer panel alone; the trainer's answer also marks the charts and the header.
     assert moved(lambda: append(run_dir / "steer_requests.jsonl", {"id": "a", "changes": {"beta": 0.1}})) == {"steering"}
@@ -114,7 +115,7 @@ def comparable(value):
     """An update as plain data, so two draws of the same output can be compared."""
     if isinstance(value, pd.DataFrame):
         # The runs table's duration of a running run grows every second; the table is redrawn with each step.
-        return value.drop(columns=["duration_s"], errors="ignore").to_json()
+        return value.drop(columns=["time"], errors="ignore").to_json()
     if hasattr(value, "constructor_args"):  # gr.LinePlot(...), gr.Radio(...), gr.Slider(...)
         return {k: comparable(v) for k, v in value.constructor_args.items()}
     return value

@@ -92,3 +92,23 @@ def test_a_runs_metrics_download_as_one_csv_row_per_step(own_data):
     assert rows[2]["reward"] == "20.0" and rows[2]["length_target/mean"] == "-5.0" and rows[2]["heldout/reward"] == "9.0"
     assert rows[1]["weight/length_target"] == "1.0" and rows[1]["heldout/summary_score"] == ""
     assert metrics_download(None)[1] == "Pick a run to download its metrics."
+
+
+def test_the_runs_table_leads_with_how_far_each_run_got_and_its_held_out_reward_before_and_after(own_data):
+    from ui.runs_panel import runs_table
+
+    done = runs.runs_dir() / _run("done", RunConfig(max_steps=4))
+    runs.write_status(done, "finished", started_at=100.0, ended_at=347.0)
+    for step, reward in ((1, 150.0), (2, 175.25), (3, None), (4, 186.0)):  # step 3 trained again on a batch
+        runs.append_jsonl(done / "metrics.jsonl", {"step": step, "reward": reward})
+    for step, reward in ((0, 197.09), (4, 258.4)):
+        runs.append_jsonl(done / "evals.jsonl", {"step": step, "reward": reward})
+    fresh = runs.runs_dir() / _run("fresh", RunConfig(max_steps=11))
+
+    table = runs_table()
+    assert list(table.columns[:7]) == ["run", "state", "step", "train reward", "held-out", "time", "disk"]
+    rows = {row["run"]: row for row in table.to_dict("records")}
+    assert [rows[done.name][c] for c in ("state", "step", "train reward", "held-out", "time")] == [
+        "finished", "4 / 4", "186", "197 → 258", "4m07s"]
+    assert [rows[fresh.name][c] for c in ("step", "train reward", "held-out", "time")] == ["0 / 11", "", "", ""]
+    assert "problems" not in table.columns and "owner" not in table.columns  # shown once some run has them
