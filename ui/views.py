@@ -65,7 +65,8 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
     pct = 100 * step / total if total else 0
     last = rows[-1] if rows else {}
     elapsed = last.get("elapsed")
-    eta = last.get("eta_seconds") if state == "running" else 0
+    # Time left while it runs; once it has ended, the elapsed time says it all.
+    eta = f" &nbsp; ETA {_fmt_seconds(last.get('eta_seconds'))}" if state in ("queued", "running") else ""
     color = STATE_COLORS.get(state, "#6b7280")
     detail = ""
     if state in ("queued", "running") and not rows:
@@ -87,7 +88,7 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
         f"<div class='gs-progress' data-state='{state}' data-step='{step}'>"
         f"<div class='gs-progress-head'><span class='gs-badge' style='background:{color}'>{state}</span> "
         f"<b>{html.escape(run_name)}</b>{where} &nbsp; step <b class='gs-step'>{step}</b> / {total} &nbsp; "
-        f"elapsed {_fmt_seconds(elapsed)} &nbsp; ETA {_fmt_seconds(eta)} {detail}</div>"
+        f"elapsed {_fmt_seconds(elapsed)}{eta} {detail}</div>"
         f"<div class='gs-bar'><div style='width:{pct:.1f}%;background:{color}'></div></div>{error}</div>"
     )
 
