@@ -294,6 +294,50 @@ def push_refresh(choice: str):
     return gr.skip() if message is None else message
 
 
+HELD_OUT_SHOWN = 6
+
+
+def held_out_prompts(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[str]:
+    """The first held-out prompts of a run (never trained on), as the model saw them in training: the text of
+    each prompt's last user message. None for a base model, or a run whose prompts file can't be read."""
+    if run_dir is None:
+        return []
+    try:
+        rows = json.loads((run_dir / run_files.EVAL_PROMPTS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none written (eval_fraction 0), or damaged
+        return []
+    texts = []
+    for row in rows if isinstance(rows, list) else []:
+        prompt = row.get("prompt") if isinstance(row, dict) else None
+        if isinstance(prompt, list):  # chat messages: the last user turn
+            prompt = next((m.get("content") for m in reversed(prompt)
+                           if isinstance(m, dict) and m.get("role") == "user"), None)
+        if isinstance(prompt, str) and prompt.strip():
+            texts.append(prompt)
+    return texts[:limit]
+
+
+def example_label(text: str, width: int = 70) -> str:
+    """A prompt's first line, cut to `width` characters.
+
+    >>> example_label("What is 7 + 3 x 4?"), example_label("A long post " * 10, 20)
+    ('What is 7 + 3 x 4?', 'A long post A long…')
+    """
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= width else line[:width - 1].rstrip() + "…"
+
+
+def held_out_examples(choice: str | None) -> gr.Dataset:
+    """Model A's run's held-out prompts as examples to send (hidden for a base model): the prompts the run was
+    probed and evaluated on, in the form it trained on, where what GRPO changed shows best."""
+    try:
+        prompts = held_out_prompts(run_for_choice(choice)) if choice else []
+    except ChatModelError:
+        prompts = []
+    return gr.Dataset(samples=[[p] for p in prompts], sample_labels=[example_label(p) for p in prompts],
+                      visible=bool(prompts))
+
+
 # ---- layout ------------------------------------------------------------------------------------
 
 
@@ -323,6 +367,8 @@ def build(ctx: TabContext) -> Tab:
             stop = gr.Button("Stop", scale=1, elem_id="chat-stop")
             clear = gr.Button("Clear", scale=1)
         gr.Examples([[e] for e in EXAMPLES], inputs=box, label="Example prompts")
+        held_out = gr.Dataset(components=[box], samples=[], visible=False, elem_id="chat-held-out",
+                              label="Held-out prompts of model A's run: never trained on, written as in training")
         with gr.Row():
             score_btn = gr.Button("Score last replies with the run's rewards", elem_id="chat-score")
         scores = gr.Markdown(elem_id="chat-scores")
@@ -371,6 +417,8 @@ def build(ctx: TabContext) -> Tab:
     side_by_side.change(lambda on: (gr.Dropdown(visible=on), gr.Chatbot(visible=on)), side_by_side,
                         [choice_b, chat_b])
     refresh.click(load_choices, [choice_a, choice_b, offered_a], [choice_a, choice_b, offered_a])
+    choice_a.change(held_out_examples, choice_a, held_out, show_progress="hidden", api_visibility="private")
+    held_out.click(lambda sample: sample[0], held_out, box, show_progress="hidden", api_visibility="private")
     score_btn.click(score_replies, [chat_a, chat_b, choice_a, choice_b, side_by_side], scores)
     export_btn.click(export_run, [choice_a, ops], [export_files, export_msg, snippet], api_name="export_run").then(
         exported_views("zip"), export_files, [export_files, snippet, run_snippet], show_progress="hidden",
@@ -387,4 +435,6 @@ def build(ctx: TabContext) -> Tab:
     # Only a push that starts or moves while the page is open is shown (the message starts empty, as it loads).
     follow_push = watch.follow("chat-push", "chat-push-refresh", ("push",), draw_first=False)
     models = [choice_a, choice_b, offered_a]
-    return Tab(loads=(PageLoad(load_choices, models, models),), scripts=(follow_push,))
+    # The held-out prompts follow Model A: on a page load, and on every change of it (a pick, or a newer run).
+    return Tab(loads=(PageLoad(load_choices, models, models), PageLoad(held_out_examples, [choice_a], [held_out])),
+               scripts=(follow_push,))

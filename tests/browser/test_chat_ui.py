@@ -1,6 +1,7 @@
 """Chat in the browser: a reply streams in, side by side shows two replies, a reply gets scored; a Hub token
 typed for a push is kept out of the browser's storage and the app's log."""
 
+import json
 import re
 import time
 
@@ -79,3 +80,25 @@ def test_stream_side_by_side_and_score(page, app_url):
 
 
 FAKE_TOKEN = "hf_studioFakeToken1234567890"
+
+
+def test_model_as_runs_held_out_prompts_are_offered_to_send(page, app_url, bundled_model_dir):
+    """With a run as model A, its held-out prompts (never trained on, written as in training) are offered under
+    the examples; one click puts a prompt in the box. A base model has none: the row goes."""
+    from tests.integration.helpers import evaluable_run
+
+    run_dir = evaluable_run("chat-held-out", bundled_model_dir, held_out=3)
+    prompts = [row["prompt"][-1]["content"] for row in json.loads((run_dir / "eval_prompts.json").read_text())]
+    page.goto(app_url)
+    page.get_by_role("tab", name="Chat").click()
+    expect(page.locator("#chat-model-a input")).to_have_value(re.compile(re.escape(run_dir.name)), timeout=30_000)
+    held_out = page.locator("#chat-held-out")
+    expect(held_out).to_contain_text("never trained on", timeout=30_000)
+    samples = held_out.locator("button")
+    expect(samples).to_have_count(3)
+    samples.first.click()
+    expect(page.locator("#chat-input textarea")).to_have_value(prompts[0])
+    held_out.screenshot(path=str(ARTIFACTS / "chat-03-held-out-prompts.png"))
+    page.locator("#chat-model-a input").click()
+    page.get_by_role("option", name=re.compile("SmolLM2-135M-Instruct")).first.click()
+    expect(held_out).to_be_hidden(timeout=30_000)

@@ -228,3 +228,17 @@ def test_a_chat_reply_is_scored_by_the_rewards_it_can_be_and_the_rest_are_named(
     monkeypatch.setattr(chat, "rewards_for", lambda choice: (specs, "rewards of a run"))
     text = score_replies(history, [], "x", None, False)
     assert "Not scored here: numeric_tolerance (compares with a reference answer)" in text and "⚠️" not in text
+
+
+def test_held_out_prompts_are_read_as_trained_and_a_missing_or_damaged_file_offers_none(tmp_path):
+    from ui.chat import held_out_prompts
+
+    path = tmp_path / "eval_prompts.json"
+    assert held_out_prompts(None) == [] and held_out_prompts(tmp_path) == []  # a base model; a run with none
+    path.write_text('{"prompt": [')
+    assert held_out_prompts(tmp_path) == []
+    rows = [{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Post 1\n\nTL;DR:"}]},
+            {"prompt": "What is 2 + 2?"}, {"prompt": [{"role": "system", "content": "no user turn"}]}, "junk",
+            *({"prompt": f"Question {i}"} for i in range(10))]
+    path.write_text(json.dumps(rows))
+    assert held_out_prompts(tmp_path) == ["Post 1\n\nTL;DR:", "What is 2 + 2?", *(f"Question {i}" for i in range(4))]
