@@ -299,7 +299,7 @@ HELD_OUT_SHOWN = 6
 
 def held_out_prompts(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[str]:
     """The first held-out prompts of a run (never trained on), as the model saw them in training: the text of
-    each prompt's last user message. None for a base model, or a run whose prompts file can't be read."""
+    each prompt's last user message. Empty for a base model, or for a run whose prompts file can't be read."""
     if run_dir is None:
         return []
     try:

@@ -256,8 +256,7 @@ def build(ctx: TabContext) -> Tab:
         cmd_btn.click(lambda: gr.Code(visible=True), None, command, queue=False, api_visibility="private").then(
             show_command, [allow, nproc, run_name], command, inputs_kwargs=form)
         then_refresh(start_btn.click(start_training, [allow, nproc, run_name], [run_select, message],
-                                     inputs_kwargs=form,
-                                     concurrency_limit=1, concurrency_id="start"))
+                                     inputs_kwargs=form, concurrency_limit=1, concurrency_id="start"))
         stop_btn.click(stop_training, [run_select, ops], stop_message)
         # A step picked in the group inspector redraws the groups. Through the API (/refresh) it is the live view's
         # Refresh, every part unless told which.

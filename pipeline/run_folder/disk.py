@@ -105,10 +105,6 @@ class ExportsFolder:
     def orphan_bytes(self) -> int:
         return sum(tree_bytes(p) for p in self.orphans)
 
-    @property
-    def run_bytes(self) -> int:
-        return sum(tree_bytes(p) for paths in self.by_run.values() for p in paths)
-
 
 def exports_folder(exports_dir: str | Path, run_names: list[str]) -> ExportsFolder:
     """Sort the exports folder: an export of a run on disk goes under that run (the longest name that matches, so
