@@ -27,10 +27,18 @@ EXAMPLES = json.loads((ASSETS / "prompts" / "chat_examples.json").read_text(enco
 SCORE_TIMEOUT_S = 30.0  # one reward scoring one reply: past this it counts as missing, and the reply's score says so
 
 
-def default_choice(choices: list[tuple[str, str]] | None = None) -> str:
-    """The run that finished last (its merged model) if there is one, else the bundled base model."""
+def trained_on(run_name: str) -> str | None:
+    """The prompts a run trained on, by their source ("tldr", "movies", "file", ...); None when unreadable."""
+    dataset = (runs.read_json(runs.runs_dir() / run_name / run_files.CONFIG) or {}).get("dataset")
+    return dataset.get("source") if isinstance(dataset, dict) else None
+
+
+def default_choice(choices: list[tuple[str, str]] | None = None, source: str | None = None) -> str:
+    """The run that finished last (its merged model) if there is one, else the bundled base model. With `source`,
+    only a run trained on those prompts counts: the RAG tab asks for one tuned on Movie questions, since a run
+    tuned to write TL;DRs answers film questions no better than the model it started from."""
     offered = [ModelChoice.parse(v) for _, v in (chat_choices() if choices is None else choices)]
-    finished = [c for c in offered if c.kind == "run"]
+    finished = [c for c in offered if c.kind == "run" and (source is None or trained_on(c.name) == source)]
     if not finished:
         return BUNDLED_MODEL_ID
     # By end time, not by name: a run named on the command line ("demo") sorts above the app's dated names.

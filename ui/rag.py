@@ -26,6 +26,8 @@ from ui.rag_table import MAP_FIELDS, UPLOAD_TYPES, bundled_genres, make_table_ha
 from ui.tab import PageLoad, Tab, TabContext
 from ui.chat import default_choice
 
+ANSWER_SOURCE = "movies"  # the prompts a run is tuned on to answer from retrieved plots (the Movie questions preset)
+
 
 def choice_label(choice: str) -> str:
     """The answering model as the dropdown names it (the value itself for a model typed in)."""
@@ -270,8 +272,11 @@ def build(ctx: TabContext) -> Tab:
                     mode = gr.Radio(search_modes.choices(), value=DEFAULT_MODE, label="Search",
                                     elem_id="rag-mode")
                 with gr.Row():
-                    model = gr.Dropdown(label="Answering model", choices=chat_choices(), value=default_choice(),
-                                        elem_id="rag-model", scale=3)
+                    model = gr.Dropdown(label="Answering model", choices=chat_choices(),
+                                        value=default_choice(source=ANSWER_SOURCE), elem_id="rag-model", scale=3,
+                                        info="At first the newest run tuned on Movie questions, else the base "
+                                             "model: a run tuned for another task answers film questions no "
+                                             "better.")
                     compare = gr.Checkbox(label="Compare with base", value=False, elem_id="rag-compare", scale=1,
                                           info="a tuned run's base model answers from the same films, beside it")
                 with gr.Row():
@@ -341,7 +346,7 @@ def build(ctx: TabContext) -> Tab:
         values = [v for _, v in choices]
         info = store.info()
         return (*table_state(store, info), gr.Dropdown(choices=choices, value=choice if choice in values
-                                                       else default_choice()),
+                                                       else default_choice(choices, source=ANSWER_SOURCE)),
                 gr.Radio(value=default_mode(info.rows)))
 
     return Tab(loads=(PageLoad(load, [model], [status, genres, embedder, model, mode]),))

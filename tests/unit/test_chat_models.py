@@ -242,3 +242,21 @@ def test_held_out_prompts_are_read_as_trained_and_a_missing_or_damaged_file_offe
             *({"prompt": f"Question {i}"} for i in range(10))]
     path.write_text(json.dumps(rows))
     assert held_out_prompts(tmp_path) == ["Post 1\n\nTL;DR:", "What is 2 + 2?", *(f"Question {i}" for i in range(4))]
+
+
+def test_the_rag_tab_offers_the_newest_run_tuned_on_movie_questions_else_the_base_model():
+    from pipeline.setup.config import BUNDLED_MODEL_ID as base
+    from ui.chat import default_choice, trained_on
+
+    def finished(name, source, ended_at):
+        run_dir = _run(name, merged=True, state="finished")
+        (run_dir / "config.json").write_text(json.dumps({"model": base, "dataset": {"source": source}}))
+        runs.write_status(run_dir, "finished", ended_at=ended_at)
+        return (name, f"run:{name}")
+
+    choices = [finished("20990201-000000-movies", "movies", 300.0), finished("20990202-000000-tldr", "tldr", 400.0),
+               ("SmolLM2 (base)", base)]
+    assert trained_on("20990202-000000-tldr") == "tldr" and trained_on("no-such-run") is None
+    assert default_choice(choices) == "run:20990202-000000-tldr"  # Chat: the newest run, whatever it learned
+    assert default_choice(choices, source="movies") == "run:20990201-000000-movies"
+    assert default_choice(choices[1:], source="movies") == base  # no movie run: the base model, not the TL;DR one
