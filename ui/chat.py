@@ -53,6 +53,37 @@ def refreshed_choice(current: str | None, offered: str | None, choices: list[tup
     return current if current in values and current != offered else default_choice(choices)
 
 
+def base_of(choice: str | None) -> str:
+    """The model a run or checkpoint choice started from (its config's model); the bundled base model for a
+    base model, or a run whose settings can't be read."""
+    try:
+        run_dir = run_for_choice(choice) if choice else None
+    except ChatModelError:
+        run_dir = None
+    model = (runs.read_json(run_dir / run_files.CONFIG) or {}).get("model") if run_dir is not None else None
+    return model if isinstance(model, str) and model.strip() else BUNDLED_MODEL_ID
+
+
+def model_b(a: str | None, b: str | None, offered_b: str | None,
+            choices: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], str]:
+    """Model B's choices and value: until the user picks model B, it is the model that model A's run started from,
+    so side by side compares a run with its own base (a Qwen run with Qwen, not with the bundled model). A base
+    the catalog doesn't list (a local folder, a hub id) is added to B's choices.
+
+    >>> base = BUNDLED_MODEL_ID
+    >>> model_b(base, base, base, [("SmolLM2 (base)", base)])
+    ([('SmolLM2 (base)', 'bundled/SmolLM2-135M-Instruct')], 'bundled/SmolLM2-135M-Instruct')
+    >>> model_b(base, "run:mine", base, [("mine", "run:mine"), ("SmolLM2 (base)", base)])[1]  # picked by the user
+    'run:mine'
+    """
+    base = base_of(a)
+    if base not in [v for _, v in choices]:
+        choices = [*choices, (f"{base} (base of model A)", base)]
+    if b is None or b == offered_b or b not in [v for _, v in choices]:
+        b = base
+    return choices, b
+
+
 def rewards_for(choice: str) -> tuple[list, str]:
     """The reward specs a reply is scored with: the run's own, or the default run's for base models."""
     try:
@@ -365,6 +396,7 @@ def build(ctx: TabContext) -> Tab:
                                    elem_id="chat-model-b", scale=3)
             refresh = gr.Button("↻ models", size="sm", scale=0, elem_id="chat-refresh")
             offered_a = gr.State(choice_a.value)  # the default Model A was given, to tell it from a user's pick
+            offered_b = gr.State(choice_b.value)  # likewise for Model B, which follows model A's base model
         with gr.Row():
             chat_a = gr.Chatbot(label="A", height=420, elem_id="chat-a")
             chat_b = gr.Chatbot(label="B", height=420, visible=False, elem_id="chat-b")
@@ -408,14 +440,19 @@ def build(ctx: TabContext) -> Tab:
         # The push's progress: the page's poll presses this hidden button when a push's state file changed.
         push_refreshed = gr.Button("Refresh the push message", elem_id="chat-push-refresh", elem_classes=["gs-hidden"])
 
-    def load_choices(a, b, offered):
-        """Page load and ↻: re-read the models on disk; Model A follows the newest finished run until the
-        user picks a model themselves."""
+    def load_choices(a, b, offered, offered_b_value):
+        """Page load and ↻: re-read the models on disk; Model A follows the newest finished run and Model B that
+        run's base model, each until the user picks a model themselves."""
         choices = chat_choices()
-        values = [v for _, v in choices]
-        b = b if b in values else BUNDLED_MODEL_ID
-        return (gr.Dropdown(choices=choices, value=refreshed_choice(a, offered, choices)),
-                gr.Dropdown(choices=choices, value=b), default_choice(choices))
+        a = refreshed_choice(a, offered, choices)
+        choices_b, b = model_b(a, b, offered_b_value, choices)
+        return (gr.Dropdown(choices=choices, value=a), gr.Dropdown(choices=choices_b, value=b),
+                default_choice(choices), b)
+
+    def follow_a(a, b, offered_b_value):
+        """Model A changed: Model B moves to its base model, unless the user picked B."""
+        choices_b, b = model_b(a, b, offered_b_value, chat_choices())
+        return gr.Dropdown(choices=choices_b, value=b), b
 
     inputs = [box, chat_a, chat_b, choice_a, choice_b, side_by_side, system, max_tokens, temperature, top_p]
     send_event = send.click(respond, inputs, [chat_a, chat_b, box], concurrency_id="chat", concurrency_limit=2)
@@ -424,8 +461,11 @@ def build(ctx: TabContext) -> Tab:
     clear.click(lambda: ([], [], ""), None, [chat_a, chat_b, scores])
     side_by_side.change(lambda on: (gr.Dropdown(visible=on), gr.Chatbot(visible=on)), side_by_side,
                         [choice_b, chat_b])
-    refresh.click(load_choices, [choice_a, choice_b, offered_a], [choice_a, choice_b, offered_a])
+    models = [choice_a, choice_b, offered_a, offered_b]
+    refresh.click(load_choices, models, models)
     choice_a.change(held_out_examples, choice_a, held_out, show_progress="hidden", api_visibility="private")
+    choice_a.change(follow_a, [choice_a, choice_b, offered_b], [choice_b, offered_b], show_progress="hidden",
+                    api_visibility="private")
     held_out.click(lambda sample: sample[0], held_out, box, show_progress="hidden", api_visibility="private")
     score_btn.click(score_replies, [chat_a, chat_b, choice_a, choice_b, side_by_side], scores)
     export_btn.click(export_run, [choice_a, ops], [export_files, export_msg, snippet], api_name="export_run").then(
@@ -442,7 +482,6 @@ def build(ctx: TabContext) -> Tab:
                          api_visibility="private")
     # Only a push that starts or moves while the page is open is shown (the message starts empty, as it loads).
     follow_push = watch.follow("chat-push", "chat-push-refresh", ("push",), draw_first=False)
-    models = [choice_a, choice_b, offered_a]
     # The held-out prompts follow Model A: on a page load, and on every change of it (a pick, or a newer run).
     return Tab(loads=(PageLoad(load_choices, models, models), PageLoad(held_out_examples, [choice_a], [held_out])),
                scripts=(follow_push,))

@@ -260,3 +260,22 @@ def test_the_rag_tab_offers_the_newest_run_tuned_on_movie_questions_else_the_bas
     assert default_choice(choices) == "run:20990202-000000-tldr"  # Chat: the newest run, whatever it learned
     assert default_choice(choices, source="movies") == "run:20990201-000000-movies"
     assert default_choice(choices[1:], source="movies") == base  # no movie run: the base model, not the TL;DR one
+
+
+def test_model_b_is_model_as_base_until_the_user_picks_it():
+    from pipeline.setup.config import BUNDLED_MODEL_ID as base
+    from ui.chat import model_b
+
+    own = _run("20990301-000000-own-base", merged=True, checkpoint=2, state="finished")
+    (own / "config.json").write_text(json.dumps({"model": "/models/my-qwen"}))
+    bundled = _run("20990302-000000-bundled-base", merged=True, state="finished")
+    choices = [(name, f"run:{name}") for name in (own.name, bundled.name)] + [("SmolLM2 (base)", base)]
+    # A run from a local folder: B is that folder, added to B's choices (the catalog doesn't list it).
+    listed, b = model_b(f"run:{own.name}", base, base, choices)
+    assert b == "/models/my-qwen" and listed[-1] == ("/models/my-qwen (base of model A)", "/models/my-qwen")
+    assert model_b(f"ckpt:{own.name}:2", base, base, choices)[1] == "/models/my-qwen"  # a checkpoint: its run's
+    assert model_b(f"run:{bundled.name}", "/models/my-qwen", "/models/my-qwen", choices)[1] == base
+    assert model_b(base, base, base, choices) == (choices, base)  # a base model as A: the bundled one beside it
+    # Picked by the user: it stays whatever A becomes; one that is gone falls back to A's base.
+    assert model_b(f"run:{own.name}", f"run:{bundled.name}", base, choices)[1] == f"run:{bundled.name}"
+    assert model_b(f"run:{bundled.name}", "run:deleted", base, choices)[1] == base
