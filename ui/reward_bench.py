@@ -6,13 +6,15 @@ from __future__ import annotations
 import gradio as gr
 
 from pipeline.rewards.advantages import group_advantages
-from pipeline.setup.config import BUNDLED_MODEL_ID, ConfigError
+from pipeline.run_folder import run_files, runs
+from pipeline.setup.config import BUNDLED_MODEL_ID, ConfigError, RunConfig
 from pipeline.training.generate import ModelCache
 from pipeline.models.loading import catalog_choices
 from pipeline.setup.reward_check import needs_isolation, score_isolated
 from pipeline.rewards import build_rewards, score
 from ui import views
 from ui.form import REWARD_COLUMNS, reward_rows, rewards_from_rows
+from ui.probes_view import _score
 from ui.tab import Tab, TabContext
 
 SEPARATOR = "---"
@@ -104,6 +106,81 @@ def make_sampler(cache: ModelCache):
     return sample_group
 
 
+class GroupPickError(ValueError):
+    """A run's step or prompt that can't be loaded, in words."""
+
+
+def pick_group(records: list[dict], step, number) -> tuple[dict, dict]:
+    """The step record and the group of its `number`-th prompt (from 1) in a run's groups.jsonl records; step 0
+    means the latest.
+
+    >>> records = [{"step": 1, "groups": [{"prompt": "a"}, {"prompt": "b"}]}, {"step": 2, "groups": [{"prompt": "c"}]}]
+    >>> pick_group(records, 0, 1)[1], pick_group(records, 1, 2)[1]
+    ({'prompt': 'c'}, {'prompt': 'b'})
+    >>> pick_group(records, 5, 1)
+    Traceback (most recent call last):
+    ...
+    ui.reward_bench.GroupPickError: Step 5 has no groups logged; this run has steps 1-2.
+    >>> pick_group(records, 2, 3)
+    Traceback (most recent call last):
+    ...
+    ui.reward_bench.GroupPickError: Step 2 has 1 prompt: pick a number from 1 to 1.
+    """
+    if not records:
+        raise GroupPickError("This run has no groups yet: they are logged from its first step on.")
+    step, number = int(step or 0), int(number or 1)
+    record = records[-1] if step == 0 else next((r for r in records if r.get("step") == step), None)
+    if record is None:
+        steps = [r.get("step") for r in records]
+        raise GroupPickError(f"Step {step} has no groups logged; this run has steps {min(steps)}-{max(steps)}.")
+    groups = record.get("groups") or []
+    if not 1 <= number <= len(groups):
+        prompts = "1 prompt" if len(groups) == 1 else f"{len(groups)} prompts"
+        raise GroupPickError(f"Step {record.get('step')} has {prompts}: pick a number from 1 to {len(groups)}.")
+    return record, groups[number - 1]
+
+
+def user_text(prompt: str) -> str:
+    r"""The last user turn of a prompt as groups.jsonl writes it ("[system] …\n[user] …"), or the text itself.
+
+    >>> user_text("[system] Be brief.\n[user] Post\n\nTL;DR:"), user_text("plain")
+    ('Post\n\nTL;DR:', 'plain')
+    """
+    head, sep, tail = (prompt or "").rpartition("[user] ")
+    return tail if sep and (not head or head.endswith("\n")) else (prompt or "")
+
+
+def runs_with_groups() -> list[str]:
+    return [p.name for p in runs.iter_run_dirs() if (p / run_files.GROUPS).exists()]
+
+
+def load_group(run_name: str | None, step, number, allow_custom: bool = False):
+    """Fill the bench from a run: its rewards and weights, the group's prompt and its G completions, and what they
+    scored in the run, to try other rewards or weights on completions the model really wrote."""
+    run_dir = runs.resolve_run(run_name)
+    if run_dir is None:
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), "❌ Pick a run to load a group from."
+    try:
+        record, group = pick_group(runs.read_groups(run_dir), step, number)
+        cfg = RunConfig.load(run_dir / run_files.CONFIG)
+    except (GroupPickError, ConfigError, OSError, ValueError) as exc:
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), f"❌ {exc}"
+    items = group.get("completions") or []
+    totals = ", ".join(_score(c.get("total")) for c in items)
+    advantages = ", ".join(f"{c.get('advantage'):+.2f}" if isinstance(c.get("advantage"), (int, float)) else "-"
+                           for c in items)
+    scaled = {"batch": "the batch's std", "group": "the group's std"}.get(record.get("scale_rewards"), "no std")
+    message = (f"Loaded **{run_dir.name}**, step {record.get('step')}, prompt {int(number or 1)}: {len(items)} "
+               f"completions with the run's rewards and weights. In the run they scored {totals} (advantages "
+               f"{advantages}, scaled by {scaled}). Change a reward or a weight, then **Score the group**. Two "
+               "things the bench sees differently: post_similarity compares each completion with the whole *Prompt* "
+               "box here (in the run, with the post alone), and the reference answer isn't kept with a run's "
+               "groups: type it for exact_answer / numeric_tolerance.")
+    candidates = f"\n{SEPARATOR}\n".join((c.get("completion") or "").strip() or "(empty)" for c in items)
+    return (reward_rows(cfg, allow_custom=allow_custom), user_text(group.get("prompt") or ""), candidates, "",
+            message)
+
+
 def build(ctx: TabContext) -> Tab:
     """Add the Reward test bench tab; it samples with the app's model cache (shared with Chat and RAG)."""
     cache, allow_custom = ctx.cache, ctx.allow_custom_rewards
@@ -128,6 +205,13 @@ def build(ctx: TabContext) -> Tab:
                         temperature = gr.Number(value=1.0, label="Temperature")
                         max_tokens = gr.Number(value=48, precision=0, label="Max new tokens")
                     sample_btn = gr.Button("Sample G completions")
+                with gr.Accordion("Load a group from a run instead", open=False, elem_id="bench-load") as load_fold:
+                    with gr.Row():
+                        load_run = gr.Dropdown(label="Run", choices=[], elem_id="bench-run", scale=3)
+                        load_step = gr.Number(value=0, precision=0, minimum=0, label="Step (0 = latest)", scale=1)
+                        load_number = gr.Number(value=1, precision=0, minimum=1, label="Prompt #", scale=1,
+                                                info="as numbered in the group inspector")
+                    load_btn = gr.Button("Load the group", elem_id="bench-load-btn")
                 raw = gr.Textbox(label="…or type raw rewards (skips the functions)", placeholder="1,1,1,1,0,0,0,0",
                                  elem_id="bench-raw")
                 scale = gr.Checkbox(value=True, label="Divide by group std (GRPO); off = mean-centred only")
@@ -145,4 +229,9 @@ def build(ctx: TabContext) -> Tab:
         # The same queue as Chat's replies: both generate with the cache's models.
         sample_btn.click(make_sampler(cache), [model, prompt, g, temperature, max_tokens], [candidates, summary],
                          concurrency_id="chat", concurrency_limit=2, api_name="sample_group")
+        load_fold.expand(lambda: gr.Dropdown(choices=runs_with_groups()), None, load_run, show_progress="hidden",
+                         api_visibility="private")
+        load_btn.click(lambda name, step, number: load_group(name, step, number, allow_custom),
+                       [load_run, load_step, load_number], [rewards, prompt, candidates, answer, summary],
+                       api_name="load_group")
     return Tab()

@@ -1,0 +1,49 @@
+"""Loading a run's logged group into the Reward test bench: the run's rewards and weights, the group's prompt (its
+last user turn) and completions, and a reason in words for a run, step or prompt that isn't there."""
+
+import pytest
+
+from pipeline.run_folder import runs
+from pipeline.setup.config import RewardSpec, RunConfig
+
+
+@pytest.fixture
+def run_with_groups(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    run_dir = runs.new_run_dir("groups")
+    cfg = RunConfig(rewards=[RewardSpec("token_diversity", 2.0, {"scale": 10.0})])
+    runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    for step in (1, 2):
+        runs.append_jsonl(run_dir / "groups.jsonl", {"step": step, "scale_rewards": "batch", "groups": [
+            {"prompt": f"[user] Post {step}\n\nTL;DR:", "completions": [
+                {"completion": f"answer {step}.{i}", "total": 10.0 * i, "advantage": i - 0.5} for i in range(2)]}]})
+    return run_dir
+
+
+def test_the_latest_group_loads_with_the_runs_rewards(run_with_groups):
+    from ui.reward_bench import load_group, runs_with_groups
+
+    assert runs_with_groups() == [run_with_groups.name]
+    rows, prompt, candidates, answer, message = load_group(run_with_groups.name, 0, 1)
+    ticked = {row[1]: (row[2], row[3]) for row in rows if row[0]}
+    assert ticked == {"token_diversity": (2.0, '{"scale": 10.0}')}
+    assert (prompt, candidates, answer) == ("Post 2\n\nTL;DR:", "answer 2.0\n---\nanswer 2.1", "")
+    assert message.startswith(f"Loaded **{run_with_groups.name}**, step 2, prompt 1: 2 completions")
+    assert "they scored 0, 10 (advantages -0.50, +0.50, scaled by the batch's std)" in message
+
+
+@pytest.mark.parametrize("name, step, number, reason", [
+    ("no-such-run", 0, 1, "Pick a run to load a group from."),
+    ("../x", 0, 1, "Pick a run to load a group from."),
+    (None, 1, 2, "Step 1 has 1 prompt: pick a number from 1 to 1."),
+    (None, 9, 1, "Step 9 has no groups logged; this run has steps 1-2."),
+])
+def test_a_run_step_or_prompt_that_isnt_there_is_named_and_the_bench_is_left_as_it_is(run_with_groups, name, step,
+                                                                                      number, reason):
+    import gradio as gr
+
+    from ui.reward_bench import load_group
+
+    *fields, message = load_group(name or run_with_groups.name, step, number)
+    assert message == f"❌ {reason}"
+    assert all(isinstance(f, type(gr.skip())) for f in fields)
