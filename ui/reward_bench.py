@@ -50,7 +50,10 @@ BENCH_EMPTY = ("<div class='gs-empty'>Press <b>Score the group</b>: each complet
 
 
 def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw: str, scale: bool,
-                     allow_custom: bool = False):
+                     allow_custom: bool = False, loaded: dict | None = None):
+    """Score the group. `loaded` is the dataset row of a group loaded from a run: while the Prompt box still holds
+    that group's prompt, the rewards get the row's columns as in the run (the post that post_similarity compares
+    with, a movie question's films); the reference answer is always the box's."""
     try:
         if (raw or "").strip():
             totals = parse_raw(raw)
@@ -66,8 +69,11 @@ def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw:
         if len(texts) < 2:
             raise ConfigError(f"Enter at least two completions, separated by a line with only {SEPARATOR}.")
         completions = [[{"role": "assistant", "content": t}] for t in texts]
-        extra = {"answer": [answer] * len(texts)} if (answer or "").strip() else {}
-        if (prompt or "").strip():  # the text a summary is compared with (post_similarity), as a TL;DR row's post
+        columns = (loaded or {}).get("columns") if (loaded or {}).get("prompt") == prompt else None
+        extra = {key: [value] * len(texts) for key, value in (columns or {}).items() if key != "answer"}
+        if (answer or "").strip():  # the Reference answer box (filled from the row on load)
+            extra["answer"] = [answer] * len(texts)
+        if (prompt or "").strip() and "source" not in extra:  # the text post_similarity compares with
             extra["source"] = [prompt] * len(texts)
         prompts = [[{"role": "user", "content": prompt or ""}]] * len(texts)
         if needs_isolation(specs):  # custom code runs in a child process, never in the web server
@@ -150,6 +156,21 @@ def user_text(prompt: str) -> str:
     return tail if sep and (not head or head.endswith("\n")) else (prompt or "")
 
 
+def dataset_row(cfg: RunConfig, user: str) -> dict:
+    """The row of the run's prompts that a logged prompt came from, found by its user text: its columns (answer,
+    source, ...) are what the run's rewards saw. {} for a hub dataset (not fetched from here) or no match."""
+    from pipeline.setup.data import load_rows
+    from pipeline.training.probes import prompt_text
+
+    if cfg.dataset.source == "hub":
+        return {}
+    try:
+        rows = load_rows(cfg.dataset)
+    except Exception:  # noqa: BLE001 - an uploaded file since moved, a damaged one: the bench works without it
+        return {}
+    return next((r for r in rows if prompt_text(r.get("prompt")) == user), {})
+
+
 def runs_with_groups() -> list[str]:
     return [p.name for p in runs.iter_run_dirs() if (p / run_files.GROUPS).exists()]
 
@@ -159,12 +180,15 @@ def load_group(run_name: str | None, step, number, allow_custom: bool = False):
     scored in the run, to try other rewards or weights on completions the model really wrote."""
     run_dir = runs.resolve_run(run_name)
     if run_dir is None:
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), "❌ Pick a run to load a group from."
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), "❌ Pick a run to load a group from.", gr.skip()
     try:
         record, group = pick_group(runs.read_groups(run_dir), step, number)
         cfg = RunConfig.load(run_dir / run_files.CONFIG)
     except (GroupPickError, ConfigError, OSError, ValueError) as exc:
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), f"❌ {exc}"
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), f"❌ {exc}", gr.skip()
+    prompt = user_text(group.get("prompt") or "")
+    row = dataset_row(cfg, prompt)
+    columns = {key: value for key, value in row.items() if key not in ("prompt", "id")}
     items = group.get("completions") or []
     totals = ", ".join(_score(c.get("total")) for c in items)
     advantages = ", ".join(f"{c.get('advantage'):+.2f}" if isinstance(c.get("advantage"), (int, float)) else "-"
@@ -172,13 +196,13 @@ def load_group(run_name: str | None, step, number, allow_custom: bool = False):
     scaled = {"batch": "the batch's std", "group": "the group's std"}.get(record.get("scale_rewards"), "no std")
     message = (f"Loaded **{run_dir.name}**, step {record.get('step')}, prompt {int(number or 1)}: {len(items)} "
                f"completions with the run's rewards and weights. In the run they scored {totals} (advantages "
-               f"{advantages}, scaled by {scaled}). Change a reward or a weight, then **Score the group**. Two "
-               "things the bench sees differently: post_similarity compares each completion with the whole *Prompt* "
-               "box here (in the run, with the post alone), and the reference answer isn't kept with a run's "
-               "groups: type it for exact_answer / numeric_tolerance.")
+               f"{advantages}, scaled by {scaled}). Change a reward or a weight, then **Score the group**.")
+    if not row:
+        message += (" This run's prompts can't be read here, so the rewards compare with the *Prompt* box and "
+                    "have no reference answer: type it for exact_answer / numeric_tolerance.")
     candidates = f"\n{SEPARATOR}\n".join((c.get("completion") or "").strip() or "(empty)" for c in items)
-    return (reward_rows(cfg, allow_custom=allow_custom), user_text(group.get("prompt") or ""), candidates, "",
-            message)
+    return (reward_rows(cfg, allow_custom=allow_custom), prompt, candidates, str(row.get("answer") or ""),
+            message, {"prompt": prompt, "columns": columns})
 
 
 def build(ctx: TabContext) -> Tab:
@@ -220,11 +244,13 @@ def build(ctx: TabContext) -> Tab:
                 summary = gr.Markdown(BENCH_EMPTY, elem_id="bench-summary")
                 table = gr.Dataframe(views.bench_table({}, [], []), label="Scores and advantages", interactive=False,
                                      elem_id="bench-table")
-        def score_with_flag(rewards_df, prompt_text, candidate_text, answer_text, raw_text, scale_on):
-            return score_candidates(rewards_df, prompt_text, candidate_text, answer_text, raw_text, scale_on,
-                                    allow_custom=allow_custom)
+        loaded = gr.State({})  # the dataset row of a group loaded from a run (load_group)
 
-        score_btn.click(score_with_flag, [rewards, prompt, candidates, answer, raw, scale], [table, summary],
+        def score_with_flag(rewards_df, prompt_text, candidate_text, answer_text, raw_text, scale_on, row=None):
+            return score_candidates(rewards_df, prompt_text, candidate_text, answer_text, raw_text, scale_on,
+                                    allow_custom=allow_custom, loaded=row)
+
+        score_btn.click(score_with_flag, [rewards, prompt, candidates, answer, raw, scale, loaded], [table, summary],
                         api_name="score_candidates")
         # The same queue as Chat's replies: both generate with the cache's models.
         sample_btn.click(make_sampler(cache), [model, prompt, g, temperature, max_tokens], [candidates, summary],
@@ -232,6 +258,6 @@ def build(ctx: TabContext) -> Tab:
         load_fold.expand(lambda: gr.Dropdown(choices=runs_with_groups()), None, load_run, show_progress="hidden",
                          api_visibility="private")
         load_btn.click(lambda name, step, number: load_group(name, step, number, allow_custom),
-                       [load_run, load_step, load_number], [rewards, prompt, candidates, answer, summary],
+                       [load_run, load_step, load_number], [rewards, prompt, candidates, answer, summary, loaded],
                        api_name="load_group")
     return Tab()

@@ -24,12 +24,49 @@ def test_the_latest_group_loads_with_the_runs_rewards(run_with_groups):
     from ui.reward_bench import load_group, runs_with_groups
 
     assert runs_with_groups() == [run_with_groups.name]
-    rows, prompt, candidates, answer, message = load_group(run_with_groups.name, 0, 1)
+    rows, prompt, candidates, answer, message, loaded = load_group(run_with_groups.name, 0, 1)
     ticked = {row[1]: (row[2], row[3]) for row in rows if row[0]}
     assert ticked == {"token_diversity": (2.0, '{"scale": 10.0}')}
     assert (prompt, candidates, answer) == ("Post 2\n\nTL;DR:", "answer 2.0\n---\nanswer 2.1", "")
     assert message.startswith(f"Loaded **{run_with_groups.name}**, step 2, prompt 1: 2 completions")
     assert "they scored 0, 10 (advantages -0.50, +0.50, scaled by the batch's std)" in message
+    # Not one of the run's prompts (made up here): the rewards compare with the Prompt box, and the bench says so.
+    assert "can't be read here" in message and loaded == {"prompt": prompt, "columns": {}}
+
+
+def test_a_logged_prompt_finds_its_row_so_the_rewards_see_what_they_saw_in_the_run(tmp_path, monkeypatch):
+    """An arithmetic group brings its reference answer; a TL;DR group its post, which post_similarity compares
+    with while the Prompt box holds the loaded prompt (the instruction line after the post is not compared)."""
+    from pipeline.setup.data import arithmetic_rows, tldr_rows
+    from pipeline.setup.config import DatasetSpec
+    from ui.reward_bench import load_group, score_candidates
+
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    for source, row in (("arithmetic", arithmetic_rows("")[3]), ("tldr", tldr_rows("")[5])):
+        run_dir = runs.new_run_dir(source)
+        cfg = RunConfig(dataset=DatasetSpec(source=source), rewards=[RewardSpec("length_target", 1.0, {})])
+        runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
+        user = row["prompt"][-1]["content"]
+        runs.append_jsonl(run_dir / "groups.jsonl", {"step": 1, "groups": [{"prompt": f"[user] {user}", "completions": [
+            {"completion": "one", "total": 1.0, "advantage": 1.0}, {"completion": "two", "total": 0.0,
+                                                                   "advantage": -1.0}]}]})
+        _, prompt, _, answer, message, loaded = load_group(run_dir.name, 0, 1)
+        assert prompt == user and "can't be read here" not in message
+        if source == "arithmetic":
+            assert answer == str(row["answer"]) != ""
+        else:
+            assert loaded["columns"]["source"] == row["source"] != user
+
+    # Scoring hands the row's post to the rewards while the Prompt box holds the loaded prompt; edited, the box.
+    import ui.reward_bench as bench
+
+    seen = []
+    monkeypatch.setattr(bench, "score", lambda funcs, weights, completions, **kw: seen.append(kw["source"][0]) or {
+        "per_reward": {}, "total": [1.0, 0.0]})
+    table = [[True, "length_target", 1.0, ""]]
+    for box in (prompt, prompt + " (edited)"):
+        score_candidates(table, box, "one\n---\ntwo", "", "", True, loaded=loaded)
+    assert seen == [row["source"], prompt + " (edited)"]
 
 
 @pytest.mark.parametrize("name, step, number, reason", [
@@ -44,6 +81,6 @@ def test_a_run_step_or_prompt_that_isnt_there_is_named_and_the_bench_is_left_as_
 
     from ui.reward_bench import load_group
 
-    *fields, message = load_group(name or run_with_groups.name, step, number)
+    *fields, message, loaded = load_group(name or run_with_groups.name, step, number)
     assert message == f"❌ {reason}"
-    assert all(isinstance(f, type(gr.skip())) for f in fields)
+    assert all(isinstance(f, type(gr.skip())) for f in [*fields, loaded])
