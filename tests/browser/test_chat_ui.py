@@ -82,16 +82,22 @@ def test_stream_side_by_side_and_score(page, app_url):
 FAKE_TOKEN = "hf_studioFakeToken1234567890"
 
 
-def test_model_as_runs_held_out_prompts_are_offered_to_send(page, app_url, bundled_model_dir):
+def test_model_as_run_brings_its_held_out_prompts_and_its_own_base_as_model_b(page, app_url, bundled_model_dir,
+                                                                           tiny_model_dir):
     """With a run as model A, its held-out prompts (never trained on, written as in training) are offered under
-    the examples; one click puts a prompt in the box. A base model has none: the row goes."""
+    the examples, one click from the box, and side by side starts model B on the model the run started from (here
+    a local folder, not the bundled model). A base model as A has no held-out prompts: the row goes."""
     from tests.integration.helpers import evaluable_run
 
     run_dir = evaluable_run("chat-held-out", bundled_model_dir, held_out=3)
+    cfg = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**cfg, "model": str(tiny_model_dir)}))
     prompts = [row["prompt"][-1]["content"] for row in json.loads((run_dir / "eval_prompts.json").read_text())]
     page.goto(app_url)
     page.get_by_role("tab", name="Chat").click()
-    pick_model_a(page, f"{run_dir.name} (tuned, final)")
+    expect(page.locator("#chat-model-a input")).not_to_have_value("", timeout=30_000)  # the page load listed them
+    page.locator("#chat-model-a input").click()
+    page.get_by_role("option", name=f"{run_dir.name} (tuned, final)", exact=True).click()
     held_out = page.locator("#chat-held-out")
     expect(held_out).to_contain_text("never trained on", timeout=30_000)
     samples = held_out.locator("button")
@@ -99,29 +105,9 @@ def test_model_as_runs_held_out_prompts_are_offered_to_send(page, app_url, bundl
     samples.first.click()
     expect(page.locator("#chat-input textarea")).to_have_value(prompts[0])
     held_out.screenshot(path=str(ARTIFACTS / "chat-03-held-out-prompts.png"))
-    page.locator("#chat-model-a input").click()
-    page.get_by_role("option", name=re.compile("SmolLM2-135M-Instruct")).first.click()
-    expect(held_out).to_be_hidden(timeout=30_000)
-
-
-def pick_model_a(page, label: str) -> None:
-    expect(page.locator("#chat-model-a input")).not_to_have_value("", timeout=30_000)  # the page load listed them
-    page.locator("#chat-model-a input").click()
-    page.get_by_role("option", name=label, exact=True).click()
-
-
-def test_model_b_starts_as_the_model_that_model_as_run_started_from(page, app_url, bundled_model_dir,
-                                                                    tiny_model_dir):
-    """Side by side compares a run with its own base: for a run of a model from a local folder, model B is that
-    folder, not the bundled model."""
-    from tests.integration.helpers import evaluable_run
-
-    run_dir = evaluable_run("chat-own-base", bundled_model_dir)
-    cfg = json.loads((run_dir / "config.json").read_text())
-    (run_dir / "config.json").write_text(json.dumps({**cfg, "model": str(tiny_model_dir)}))
-    page.goto(app_url)
-    page.get_by_role("tab", name="Chat").click()
-    pick_model_a(page, f"{run_dir.name} (tuned, final)")
     page.locator("#chat-side input").check()
     expect(page.locator("#chat-model-b input")).to_have_value(f"{tiny_model_dir} (base of model A)",
                                                               timeout=30_000)
+    page.locator("#chat-model-a input").click()
+    page.get_by_role("option", name=re.compile("SmolLM2-135M-Instruct")).first.click()
+    expect(held_out).to_be_hidden(timeout=30_000)

@@ -35,17 +35,17 @@ def test_probes_show_step_0_then_a_later_step_with_format_compliance_and_the_ste
     numeric = page.locator("#rewards-table [role=row]", has_text="numeric_tolerance").locator("input[type=checkbox]")
     expect(numeric).to_be_checked(timeout=30_000)
     # One prompt a step (G=4), 24 tokens and 2 probe prompts keep steps and probes short (the panel's layout is
-    # the same for any answer, finished or cut), and probes every 2 steps instead of 4 show a second probe soon.
-    # 8 steps planned: the test stops the run after the step-2 probe.
+    # the same for any answer, finished or cut), and a probe every step instead of every 4 shows a second probe
+    # soon. 8 steps planned: the test stops the run after the step-1 probe.
     fill_settings(page, {"Steps": "8", "Group size G": "4", "Batch (completions / step)": "4",
-                         "Max completion tokens": "24", "Probe every N steps (0 = off)": "2",
+                         "Max completion tokens": "24", "Probe every N steps (0 = off)": "1",
                          "Probe prompts (held out)": "2"})
     page.locator("#start-btn").click()
     expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)
     run_name = page.locator("#run-select input").input_value()
     cfg = json.loads((runs.runs_dir() / run_name / "config.json").read_text())
     assert cfg["dataset"]["source"] == "arithmetic"
-    assert (cfg["max_steps"], cfg["batch_size"], cfg["probe_every"], cfg["probe_prompts"]) == (8, 4, 2, 2)
+    assert (cfg["max_steps"], cfg["batch_size"], cfg["probe_every"], cfg["probe_prompts"]) == (8, 4, 1, 2)
 
     # Step 0: the base model's answers to the 2 probe prompts, scored, with the task's own metrics.
     panel = page.locator("#probes .gs-probes")
