@@ -43,6 +43,7 @@ def test_the_table_shows_a_runs_size_and_a_ticked_delete_takes_its_exports(page,
 
 
 def test_files_kept_from_a_deleted_run_are_listed_and_removed_from_the_exports_folder(page, app_url, studio_data):
+    runs.remove_orphan_exports()  # another test's kept file would change the counts this one reads
     run_dir = runs.new_run_dir("keep-its-zip")
     runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=4).to_dict())
     runs.write_status(run_dir, "stopped", started_at=1.0, ended_at=2.0)

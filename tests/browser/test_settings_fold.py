@@ -36,7 +36,7 @@ def test_fields_typed_right_after_opening_keep_their_value(browser):
         for attempt in range(10):
             page = browser.new_page()
             page.goto(f"http://127.0.0.1:{port}")
-            page.wait_for_load_state("networkidle")  # the page has loaded and folded the settings
+            page.wait_for_selector("body.gs-settings-ready", state="attached")  # loaded, and the settings folded
             page.get_by_text("All settings").click()
             first = page.get_by_label("Field 0", exact=True)
             first.fill("6")
