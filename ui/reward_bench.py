@@ -3,9 +3,11 @@ group mean, std and advantages exactly as the trainer computes them. Debug rewar
 
 from __future__ import annotations
 
+import math
+
 import gradio as gr
 
-from pipeline.rewards.advantages import group_advantages
+from pipeline.rewards.advantages import STD_EPS, group_advantages, group_stats
 from pipeline.run_folder import run_files, runs
 from pipeline.setup.config import BUNDLED_MODEL_ID, ConfigError, RunConfig
 from pipeline.training.generate import ModelCache
@@ -49,42 +51,90 @@ BENCH_EMPTY = ("<div class='gs-empty'>Press <b>Score the group</b>: each complet
                "rewards (e.g. 1,1,1,1,0,0,0,0) to see the advantage arithmetic alone.</div>")
 
 
-def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw: str, scale: bool,
+SCALES = [("the group's std (GRPO)", "group"), ("the batch's std (every group of the step)", "batch"),
+          ("nothing (mean-centred only)", "none")]
+
+
+def scale_mode(scale) -> str:
+    """The advantage divisor as TRL's scale_rewards names it; True/False is the older checkbox (group/none).
+
+    >>> scale_mode(True), scale_mode(False), scale_mode("batch")
+    ('group', 'none', 'batch')
+    """
+    if isinstance(scale, bool):
+        return "group" if scale else "none"
+    if scale not in ("group", "batch", "none"):
+        raise ConfigError(f"Divide advantages by the group's std, the batch's std or nothing, not {scale!r}.")
+    return scale
+
+
+def _extra_columns(columns: dict | None, prompt: str, answer: str, n: int) -> dict:
+    """What the rewards get beside the completions: a dataset row's columns, the reference answer, the post."""
+    extra = {key: [value] * n for key, value in (columns or {}).items() if key != "answer"}
+    if (answer or "").strip():
+        extra["answer"] = [answer] * n
+    if (prompt or "").strip() and "source" not in extra:  # the text post_similarity compares with
+        extra["source"] = [prompt] * n
+    return extra
+
+
+def _score_group(specs, texts: list[str], prompt: str, extra: dict, allow_custom: bool) -> dict:
+    completions = [[{"role": "assistant", "content": t}] for t in texts]
+    prompts = [[{"role": "user", "content": prompt or ""}]] * len(texts)
+    if needs_isolation(specs):  # custom code runs in a child process, never in the web server
+        if not allow_custom:
+            raise ConfigError("custom_python runs your own code; start the app with --allow-custom-rewards.")
+        return score_isolated(specs, completions, allow_custom=True, prompts=prompts, **extra)
+    funcs, weights = build_rewards(specs, policy="fail", timeout_s=BENCH_TIMEOUT_S)
+    return score(funcs, weights, completions, prompts=prompts, **extra)
+
+
+def _batch_totals(specs, loaded: dict, allow_custom: bool) -> list:
+    """The totals of the loaded step's other groups, rescored with these rewards and weights."""
+    totals: list = []
+    for other in loaded.get("others") or []:
+        texts = other.get("completions") or []
+        if texts:
+            columns = other.get("columns") or {}
+            extra = _extra_columns(columns, other.get("prompt") or "", str(columns.get("answer") or ""), len(texts))
+            totals += _score_group(specs, texts, other.get("prompt") or "", extra, allow_custom)["total"]
+    return totals
+
+
+def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw: str, scale,
                      allow_custom: bool = False, loaded: dict | None = None):
-    """Score the group. `loaded` is the dataset row of a group loaded from a run: while the Prompt box still holds
-    that group's prompt, the rewards get the row's columns as in the run (the post that post_similarity compares
-    with, a movie question's films); the reference answer is always the box's."""
+    """Score the group. `loaded` is what load_group kept of a group loaded from a run: while the Prompt box still
+    holds that group's prompt, the rewards get its dataset row's columns as in the run (the post that
+    post_similarity compares with, a movie question's films), and dividing by the batch's std rescores the other
+    groups of its step; the reference answer is always the box's. `scale` is "group", "batch" or "none"."""
     try:
+        mode = scale_mode(scale)
+        current = loaded if (loaded or {}).get("prompt") == prompt else None
         if (raw or "").strip():
             totals = parse_raw(raw)
             if len(totals) < 2:
                 raise ConfigError("Enter at least two rewards: advantages compare within a group.")
-            adv = group_advantages(totals, scale=scale)
-            return views.bench_table({}, totals, adv), views.bench_summary(totals)
-        rows = rewards_df.values.tolist() if hasattr(rewards_df, "values") else rewards_df
-        specs = rewards_from_rows(rows)
-        if not specs:
-            raise ConfigError("Tick at least one reward.")
-        texts = split_candidates(candidates)
-        if len(texts) < 2:
-            raise ConfigError(f"Enter at least two completions, separated by a line with only {SEPARATOR}.")
-        completions = [[{"role": "assistant", "content": t}] for t in texts]
-        columns = (loaded or {}).get("columns") if (loaded or {}).get("prompt") == prompt else None
-        extra = {key: [value] * len(texts) for key, value in (columns or {}).items() if key != "answer"}
-        if (answer or "").strip():  # the Reference answer box (filled from the row on load)
-            extra["answer"] = [answer] * len(texts)
-        if (prompt or "").strip() and "source" not in extra:  # the text post_similarity compares with
-            extra["source"] = [prompt] * len(texts)
-        prompts = [[{"role": "user", "content": prompt or ""}]] * len(texts)
-        if needs_isolation(specs):  # custom code runs in a child process, never in the web server
-            if not allow_custom:
-                raise ConfigError("custom_python runs your own code; start the app with --allow-custom-rewards.")
-            result = score_isolated(specs, completions, allow_custom=True, prompts=prompts, **extra)
+            per_reward, batch = {}, []
         else:
-            funcs, weights = build_rewards(specs, policy="fail", timeout_s=BENCH_TIMEOUT_S)
-            result = score(funcs, weights, completions, prompts=prompts, **extra)
-        adv = group_advantages(result["total"], scale=scale)
-        return views.bench_table(result["per_reward"], result["total"], adv), views.bench_summary(result["total"])
+            rows = rewards_df.values.tolist() if hasattr(rewards_df, "values") else rewards_df
+            specs = rewards_from_rows(rows)
+            if not specs:
+                raise ConfigError("Tick at least one reward.")
+            texts = split_candidates(candidates)
+            if len(texts) < 2:
+                raise ConfigError(f"Enter at least two completions, separated by a line with only {SEPARATOR}.")
+            extra = _extra_columns((current or {}).get("columns"), prompt, answer, len(texts))
+            result = _score_group(specs, texts, prompt, extra, allow_custom)
+            totals, per_reward = result["total"], result["per_reward"]
+            batch = _batch_totals(specs, current, allow_custom) if mode == "batch" and current else []
+        divisor = group_stats(list(totals) + batch)[1] if mode == "batch" else None
+        adv = group_advantages(totals, scale=mode == "group")
+        if divisor is not None:
+            adv = [a / ((0.0 if math.isnan(divisor) else divisor) + STD_EPS) for a in adv]
+        groups = 1 + len((current or {}).get("others") or []) if batch else 1
+        return (views.bench_table(per_reward, totals, adv),
+                views.bench_summary(totals, mode, batch_std=divisor, batch_size=len(totals) + len(batch),
+                                    groups=groups))
     except Exception as exc:  # noqa: BLE001 - a debugging tool: show the reason plainly
         return views.bench_table({}, [], []), f"❌ {exc}"  # the headers stay; no earlier group's rows beside it
 
@@ -156,19 +206,29 @@ def user_text(prompt: str) -> str:
     return tail if sep and (not head or head.endswith("\n")) else (prompt or "")
 
 
-def dataset_row(cfg: RunConfig, user: str) -> dict:
-    """The row of the run's prompts that a logged prompt came from, found by its user text: its columns (answer,
-    source, ...) are what the run's rewards saw. {} for a hub dataset (not fetched from here) or no match."""
+def dataset_rows(cfg: RunConfig) -> list[dict]:
+    """The run's prompt rows, to find a logged prompt's row in; [] for a hub dataset (not fetched from here) or a
+    file that can't be read any more."""
     from pipeline.setup.data import load_rows
-    from pipeline.training.probes import prompt_text
 
     if cfg.dataset.source == "hub":
-        return {}
+        return []
     try:
-        rows = load_rows(cfg.dataset)
+        return load_rows(cfg.dataset)
     except Exception:  # noqa: BLE001 - an uploaded file since moved, a damaged one: the bench works without it
-        return {}
+        return []
+
+
+def dataset_row(rows: list[dict], user: str) -> dict:
+    """The row a logged prompt came from, found by its user text: its columns (answer, source, ...) are what the
+    run's rewards saw. {} when none matches."""
+    from pipeline.training.probes import prompt_text
+
     return next((r for r in rows if prompt_text(r.get("prompt")) == user), {})
+
+
+def _row_columns(row: dict) -> dict:
+    return {key: value for key, value in row.items() if key not in ("prompt", "id")}
 
 
 def runs_with_groups() -> list[str]:
@@ -180,15 +240,21 @@ def load_group(run_name: str | None, step, number, allow_custom: bool = False):
     scored in the run, to try other rewards or weights on completions the model really wrote."""
     run_dir = runs.resolve_run(run_name)
     if run_dir is None:
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), "❌ Pick a run to load a group from.", gr.skip()
+        return *[gr.skip()] * 4, "❌ Pick a run to load a group from.", gr.skip(), gr.skip()
     try:
         record, group = pick_group(runs.read_groups(run_dir), step, number)
         cfg = RunConfig.load(run_dir / run_files.CONFIG)
     except (GroupPickError, ConfigError, OSError, ValueError) as exc:
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), f"❌ {exc}", gr.skip()
+        return *[gr.skip()] * 4, f"❌ {exc}", gr.skip(), gr.skip()
     prompt = user_text(group.get("prompt") or "")
-    row = dataset_row(cfg, prompt)
-    columns = {key: value for key, value in row.items() if key not in ("prompt", "id")}
+    rows = dataset_rows(cfg)
+    row = dataset_row(rows, prompt)
+    others = []  # the step's other groups: dividing by the batch's std rescores them with the bench's rewards
+    for other in record.get("groups") or []:
+        if other is not group:
+            user = user_text(other.get("prompt") or "")
+            others.append({"prompt": user, "columns": _row_columns(dataset_row(rows, user)),
+                           "completions": [c.get("completion") or "" for c in other.get("completions") or []]})
     items = group.get("completions") or []
     totals = ", ".join(_score(c.get("total")) for c in items)
     advantages = ", ".join(f"{c.get('advantage'):+.2f}" if isinstance(c.get("advantage"), (int, float)) else "-"
@@ -196,13 +262,15 @@ def load_group(run_name: str | None, step, number, allow_custom: bool = False):
     scaled = {"batch": "the batch's std", "group": "the group's std"}.get(record.get("scale_rewards"), "no std")
     message = (f"Loaded **{run_dir.name}**, step {record.get('step')}, prompt {int(number or 1)}: {len(items)} "
                f"completions with the run's rewards and weights. In the run they scored {totals} (advantages "
-               f"{advantages}, scaled by {scaled}). Change a reward or a weight, then **Score the group**.")
+               f"{advantages}, scaled by {scaled}, as the bench now is). Change a reward or a weight, then **Score the "
+               "group**.")
     if not row:
         message += (" This run's prompts can't be read here, so the rewards compare with the *Prompt* box and "
                     "have no reference answer: type it for exact_answer / numeric_tolerance.")
     candidates = f"\n{SEPARATOR}\n".join((c.get("completion") or "").strip() or "(empty)" for c in items)
+    scale = record.get("scale_rewards") if record.get("scale_rewards") in ("group", "batch", "none") else "group"
     return (reward_rows(cfg, allow_custom=allow_custom), prompt, candidates, str(row.get("answer") or ""),
-            message, {"prompt": prompt, "columns": columns})
+            message, {"prompt": prompt, "columns": _row_columns(row), "others": others}, scale)
 
 
 def build(ctx: TabContext) -> Tab:
@@ -238,13 +306,17 @@ def build(ctx: TabContext) -> Tab:
                     load_btn = gr.Button("Load the group", elem_id="bench-load-btn")
                 raw = gr.Textbox(label="…or type raw rewards (skips the functions)", placeholder="1,1,1,1,0,0,0,0",
                                  elem_id="bench-raw")
-                scale = gr.Checkbox(value=True, label="Divide by group std (GRPO); off = mean-centred only")
+                scale = gr.Radio(SCALES, value="group", label="Divide each advantage by", elem_id="bench-scale",
+                                 info="GRPO divides by the group's std. A run whose advantages are scaled by the "
+                                      "batch's std (the Quick CPU demo's are) divides by the std of every "
+                                      "completion of the step: a group loaded from a run brings its step's "
+                                      "other groups for that, rescored with the rewards above.")
                 score_btn = gr.Button("Score the group", variant="primary", elem_id="bench-score")
             with gr.Column():
                 summary = gr.Markdown(BENCH_EMPTY, elem_id="bench-summary")
                 table = gr.Dataframe(views.bench_table({}, [], []), label="Scores and advantages", interactive=False,
                                      elem_id="bench-table")
-        loaded = gr.State({})  # the dataset row of a group loaded from a run (load_group)
+        loaded = gr.State({})  # a group loaded from a run: its dataset row and its step's other groups
 
         def score_with_flag(rewards_df, prompt_text, candidate_text, answer_text, raw_text, scale_on, row=None):
             return score_candidates(rewards_df, prompt_text, candidate_text, answer_text, raw_text, scale_on,
@@ -258,6 +330,7 @@ def build(ctx: TabContext) -> Tab:
         load_fold.expand(lambda: gr.Dropdown(choices=runs_with_groups()), None, load_run, show_progress="hidden",
                          api_visibility="private")
         load_btn.click(lambda name, step, number: load_group(name, step, number, allow_custom),
-                       [load_run, load_step, load_number], [rewards, prompt, candidates, answer, summary, loaded],
+                       [load_run, load_step, load_number], [rewards, prompt, candidates, answer, summary, loaded,
+                                                            scale],
                        api_name="load_group")
     return Tab()

@@ -213,15 +213,35 @@ def bench_table(per_reward: dict[str, list], totals: list, advantages: list[floa
     return pd.DataFrame(data)
 
 
-def bench_summary(totals: list) -> str:
+def bench_summary(totals: list, scale: str = "group", batch_std: float | None = None, batch_size: int = 0,
+                  groups: int = 1) -> str:
+    """The group's mean and std, and the advantage formula with the divisor in use (TRL's scale_rewards).
+
+    >>> bench_summary([1.0, 0.0], "none")
+    'Group of 2: mean **0.5000**, std **0.7071** (sample std, as TRL). A = total − mean (not divided).'
+    >>> print(bench_summary([1.0, 0.0], "batch", batch_std=2.0, batch_size=8, groups=4))
+    Group of 2: mean **0.5000**, std **0.7071** (sample std, as TRL). A = (total − mean) / (batch std + 0.0001), \
+the batch std **2.0000** being that of all 8 totals of the step's 4 groups, scored with these rewards.
+    """
     vals = [t for t in totals if t is not None]
     if not vals:
         return "No completion could be scored."
     mean, std = group_stats(vals)
     spread = "" if len(vals) > 1 and std > 1e-9 else (
         " All totals are equal, so every advantage is 0: this group would teach the model nothing.")
-    return (f"Group of {len(totals)}: mean **{mean:.4f}**, std **{(std if _finite(std) else 0):.4f}** "
-            f"(sample std, as TRL). A = (total − mean) / (std + {STD_EPS:g}).{spread}")
+    shown_std = std if _finite(std) else 0
+    head = f"Group of {len(totals)}: mean **{mean:.4f}**, std **{shown_std:.4f}** (sample std, as TRL)."
+    if scale == "none":
+        formula = "A = total − mean (not divided)."
+    elif scale == "batch" and groups > 1:
+        formula = (f"A = (total − mean) / (batch std + {STD_EPS:g}), the batch std **{batch_std:.4f}** being that "
+                   f"of all {batch_size} totals of the step's {groups} groups, scored with these rewards.")
+    elif scale == "batch":
+        formula = (f"A = (total − mean) / (batch std + {STD_EPS:g}); the batch is this group alone (load a group "
+                   "from a run to bring its step's other groups), so its std is the group's.")
+    else:
+        formula = f"A = (total − mean) / (std + {STD_EPS:g})."
+    return f"{head} {formula}{spread}"
 
 
 # ---- evaluation (base vs tuned) ---------------------------------------------------------------------

@@ -52,8 +52,9 @@ def test_a_group_from_a_run_loads_with_the_runs_rewards_and_scores_again(page, a
     cfg = RunConfig(rewards=[RewardSpec("length_target", 0.5, {"target": 20, "unit": "chars"})])
     runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
     completions = ["Short one.", "A somewhat longer answer here.", "Mid length.", "x"]
-    runs.append_jsonl(run_dir / "groups.jsonl", {"step": 3, "scale_rewards": "group", "groups": [
-        {"prompt": "[user] First post\n\nTL;DR:", "completions": []},
+    others = ["One", "Two words here", "Three", "Four is the longest of these four"]
+    runs.append_jsonl(run_dir / "groups.jsonl", {"step": 3, "scale_rewards": "batch", "groups": [
+        {"prompt": "[user] First post\n\nTL;DR:", "completions": [{"completion": c} for c in others]},
         {"prompt": "[system] Be brief.\n[user] Second post\n\nTL;DR:",
          "completions": [{"completion": c, "total": -1.0, "advantage": 0.5} for c in completions]}]})
 
@@ -67,7 +68,9 @@ def test_a_group_from_a_run_loads_with_the_runs_rewards_and_scores_again(page, a
     expect(page.locator("#bench-summary")).to_contain_text(f"Loaded {run_dir.name}, step 3, prompt 2: 4 completions",
                                                            timeout=30_000)
     expect(page.locator("#bench-candidates textarea")).to_have_value("\n---\n".join(completions))
+    expect(page.locator("#bench-scale input[value=batch]")).to_be_checked()  # as the run scaled its advantages
     page.locator("#bench-score").click()
+    expect(page.locator("#bench-summary")).to_contain_text("of all 8 totals of the step's 2 groups", timeout=30_000)
     table = page.locator("#bench-table")
     expect(table).to_contain_text("length_target", timeout=30_000)
     expect(table).not_to_contain_text("post_similarity")  # the run's rewards, not the bench's defaults

@@ -19,7 +19,7 @@ def client(studio_data):
 
 def test_reward_bench_reproduces_seed_001(client):
     table, summary = client.predict({"headers": ["use", "reward", "weight", "params (JSON)"], "data": []},
-                                    "", "", "", "1,1,1,1,0,0,0,0", True, api_name="/score_candidates")
+                                    "", "", "", "1,1,1,1,0,0,0,0", "group", api_name="/score_candidates")
     advantages = [row[1] for row in table["data"]]
     assert advantages == [0.9352] * 4 + [-0.9352] * 4
     assert "0.5345" in summary
@@ -29,7 +29,7 @@ def test_reward_bench_scores_typed_completions(client):
     rewards = {"headers": ["use", "reward", "weight", "params (JSON)"],
                "data": [[True, "length_target", 1.0, '{"target": 5}'], [True, "keyword_presence", 2.0,
                                                                           '{"pattern": "TL;DR"}']]}
-    table, summary = client.predict(rewards, "p", "abcde\n---\nTL;DR: longer text", "", "", True,
+    table, summary = client.predict(rewards, "p", "abcde\n---\nTL;DR: longer text", "", "", "group",
                                     api_name="/score_candidates")
     assert table["headers"] == ["#", "advantage", "total", "length_target", "keyword_presence"]
     first, second = table["data"]
@@ -40,7 +40,7 @@ def test_reward_bench_scores_typed_completions(client):
 def test_reward_bench_explains_bad_input(client):
     _, summary = client.predict({"headers": ["use", "reward", "weight", "params (JSON)"],
                                  "data": [[True, "length_target", 1.0, "{oops"]]},
-                                "", "a\n---\nb", "", "", True, api_name="/score_candidates")
+                                "", "a\n---\nb", "", "", "group", api_name="/score_candidates")
     assert "not valid JSON" in summary
 
 
@@ -95,12 +95,12 @@ def test_queued_events_refuse_direct_posts_while_the_live_poll_and_the_client_wo
     joins the queue: both keep working."""
     base = client.src.rstrip("/")
     table = {"headers": ["use", "reward", "weight", "params (JSON)"], "data": []}
-    status, body = post_json(base + "/gradio_api/run/score_candidates", {"data": [table, "", "", "", "1,0", True]})
+    status, body = post_json(base + "/gradio_api/run/score_candidates", {"data": [table, "", "", "", "1,0", "group"]})
     assert status == 404 and "join the queue" in str(body), (status, body)
     status, body = post_json(base + "/gradio_api/run/live_stamps", {"data": [None, None]})
     assert status == 200 and body["data"][0]["progress"] == "none" and body["data"][0]["jobs"].startswith("none;"), (
         status, body)
-    _, summary = client.predict(table, "", "", "", "1,0", True, api_name="/score_candidates")
+    _, summary = client.predict(table, "", "", "", "1,0", "group", api_name="/score_candidates")
     assert "std" in summary
 
 

@@ -147,7 +147,7 @@ def test_login_is_enforced_when_asked(studio_data, tmp_path):
             assert (type(refused.value), str(refused.value)) == (ValueError, f"Could not login to {url}.")
         client = bob = Client(url, auth=("bob", "builder"), verbose=False)
         _, summary = client.predict({"headers": ["use", "reward", "weight", "params (JSON)"], "data": []},
-                                    "", "", "", "1,0", True, api_name="/score_candidates")
+                                    "", "", "", "1,0", "group", api_name="/score_candidates")
         assert "std" in summary
         # A run belongs to the user who started it: bob can't delete alice's run, alice can. The login name
         # reaches the handler from Gradio's request, not from anything the client sends.

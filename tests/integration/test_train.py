@@ -60,6 +60,22 @@ def test_advantages_are_weighted_totals_centred_on_their_group_and_scaled_by_the
         assert row["frac_reward_zero_std"] == pytest.approx(zero_std_share(totals, 4))
 
 
+def test_the_reward_bench_loads_a_logged_group_and_gives_the_advantages_the_run_gave(finished_run):
+    """A group loaded into the Reward test bench, scored with the run's rewards and divided as the run did (by the
+    std of its step's whole batch, rescored), gets the advantages the run logged; divided by its own std, others."""
+    from ui.reward_bench import load_group, score_candidates
+
+    logged = runs.read_groups(finished_run)[-1]["groups"][1]["completions"]
+    rewards, prompt, candidates, answer, _, loaded, scale = load_group(finished_run.name, 0, 2)
+    assert scale == "batch" and len(loaded["others"]) == 1
+    table, summary = score_candidates(rewards, prompt, candidates, answer, "", scale, loaded=loaded)
+    assert "of all 8 totals of the step's 2 groups" in summary, summary
+    assert [row[2] for row in table.values.tolist()] == pytest.approx([c["total"] for c in logged], abs=0.01)
+    assert [row[1] for row in table.values.tolist()] == pytest.approx([c["advantage"] for c in logged], abs=0.01)
+    own, _ = score_candidates(rewards, prompt, candidates, answer, "", "group", loaded=loaded)
+    assert [row[1] for row in own.values.tolist()] != pytest.approx([c["advantage"] for c in logged], abs=0.01)
+
+
 def test_merged_model_loads_generates_and_matches_base_plus_adapter(finished_run, bundled_model_dir):
     import torch
     from peft import PeftModel

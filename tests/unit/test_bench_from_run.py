@@ -24,14 +24,15 @@ def test_the_latest_group_loads_with_the_runs_rewards(run_with_groups):
     from ui.reward_bench import load_group, runs_with_groups
 
     assert runs_with_groups() == [run_with_groups.name]
-    rows, prompt, candidates, answer, message, loaded = load_group(run_with_groups.name, 0, 1)
+    rows, prompt, candidates, answer, message, loaded, scale = load_group(run_with_groups.name, 0, 1)
     ticked = {row[1]: (row[2], row[3]) for row in rows if row[0]}
     assert ticked == {"token_diversity": (2.0, '{"scale": 10.0}')}
     assert (prompt, candidates, answer) == ("Post 2\n\nTL;DR:", "answer 2.0\n---\nanswer 2.1", "")
     assert message.startswith(f"Loaded **{run_with_groups.name}**, step 2, prompt 1: 2 completions")
-    assert "they scored 0, 10 (advantages -0.50, +0.50, scaled by the batch's std)" in message
+    assert "they scored 0, 10 (advantages -0.50, +0.50, scaled by the batch's std, as the bench now is)" in message
     # Not one of the run's prompts (made up here): the rewards compare with the Prompt box, and the bench says so.
-    assert "can't be read here" in message and loaded == {"prompt": prompt, "columns": {}}
+    assert "can't be read here" in message and loaded == {"prompt": prompt, "columns": {}, "others": []}
+    assert scale == "batch"  # the bench divides as the run did
 
 
 def test_a_logged_prompt_finds_its_row_so_the_rewards_see_what_they_saw_in_the_run(tmp_path, monkeypatch):
@@ -50,7 +51,7 @@ def test_a_logged_prompt_finds_its_row_so_the_rewards_see_what_they_saw_in_the_r
         runs.append_jsonl(run_dir / "groups.jsonl", {"step": 1, "groups": [{"prompt": f"[user] {user}", "completions": [
             {"completion": "one", "total": 1.0, "advantage": 1.0}, {"completion": "two", "total": 0.0,
                                                                    "advantage": -1.0}]}]})
-        _, prompt, _, answer, message, loaded = load_group(run_dir.name, 0, 1)
+        _, prompt, _, answer, message, loaded, _ = load_group(run_dir.name, 0, 1)
         assert prompt == user and "can't be read here" not in message
         if source == "arithmetic":
             assert answer == str(row["answer"]) != ""
@@ -81,6 +82,6 @@ def test_a_run_step_or_prompt_that_isnt_there_is_named_and_the_bench_is_left_as_
 
     from ui.reward_bench import load_group
 
-    *fields, message, loaded = load_group(name or run_with_groups.name, step, number)
+    *fields, message, loaded, scale = load_group(name or run_with_groups.name, step, number)
     assert message == f"❌ {reason}"
-    assert all(isinstance(f, type(gr.skip())) for f in [*fields, loaded])
+    assert all(isinstance(f, type(gr.skip())) for f in [*fields, loaded, scale])
