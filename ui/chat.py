@@ -45,12 +45,19 @@ def default_choice(choices: list[tuple[str, str]] | None = None, source: str | N
     return max(finished, key=lambda c: runs.read_status(runs.runs_dir() / c.name).get("ended_at") or 0).value
 
 
-def refreshed_choice(current: str | None, offered: str | None, choices: list[tuple[str, str]]) -> str:
+def refreshed_choice(current: str | None, offered: str | None, choices: list[tuple[str, str]],
+                     source: str | None = None) -> str:
     """The model a dropdown shows after its list is re-read: a model the user picked stays; the default
     offered last time (never changed) or a model that is gone becomes today's default, such as the
-    run that just finished."""
+    run that just finished (with `source`, as default_choice picks it)."""
     values = [v for _, v in choices]
-    return current if current in values and current != offered else default_choice(choices)
+    return current if current in values and current != offered else default_choice(choices, source=source)
+
+
+def dropdown_update(choices: list[tuple[str, str]], shown: str | None, value: str | None) -> gr.Dropdown:
+    """A re-read list; the value is sent only when it changes, so a pick made while the list was being re-read
+    is not put back to the value the re-read started from."""
+    return gr.Dropdown(choices=choices, value=value) if value != shown else gr.Dropdown(choices=choices)
 
 
 def base_of(choice: str | None) -> str:
@@ -395,6 +402,7 @@ def build(ctx: TabContext) -> Tab:
             choice_b = gr.Dropdown(label="Model B", choices=chat_choices(), value=BUNDLED_MODEL_ID, visible=False,
                                    elem_id="chat-model-b", scale=3)
             refresh = gr.Button("↻ models", size="sm", scale=0, elem_id="chat-refresh")
+            followed = gr.Button("Re-read the models", elem_id="chat-models-refresh", elem_classes=["gs-hidden"])
             offered_a = gr.State(choice_a.value)  # the default Model A was given, to tell it from a user's pick
             offered_b = gr.State(choice_b.value)  # likewise for Model B, which follows model A's base model
         with gr.Row():
@@ -444,10 +452,10 @@ def build(ctx: TabContext) -> Tab:
         """Page load and ↻: re-read the models on disk; Model A follows the newest finished run and Model B that
         run's base model, each until the user picks a model themselves."""
         choices = chat_choices()
-        a = refreshed_choice(a, offered, choices)
-        choices_b, b = model_b(a, b, offered_b_value, choices)
-        return (gr.Dropdown(choices=choices, value=a), gr.Dropdown(choices=choices_b, value=b),
-                default_choice(choices), b)
+        new_a = refreshed_choice(a, offered, choices)
+        choices_b, new_b = model_b(new_a, b, offered_b_value, choices)
+        return (dropdown_update(choices, a, new_a), dropdown_update(choices_b, b, new_b), default_choice(choices),
+                new_b)
 
     def follow_a(a, b, offered_b_value):
         """Model A changed: Model B moves to its base model, unless the user picked B."""
@@ -463,6 +471,8 @@ def build(ctx: TabContext) -> Tab:
                         [choice_b, chat_b])
     models = [choice_a, choice_b, offered_a, offered_b]
     refresh.click(load_choices, models, models)
+    followed.click(load_choices, models, models, show_progress="hidden", trigger_mode="always_last",
+                   api_visibility="private")
     choice_a.change(held_out_examples, choice_a, held_out, show_progress="hidden", api_visibility="private")
     choice_a.change(follow_a, [choice_a, choice_b, offered_b], [choice_b, offered_b], show_progress="hidden",
                     api_visibility="private")
@@ -482,6 +492,9 @@ def build(ctx: TabContext) -> Tab:
                          api_visibility="private")
     # Only a push that starts or moves while the page is open is shown (the message starts empty, as it loads).
     follow_push = watch.follow("chat-push", "chat-push-refresh", ("push",), draw_first=False)
+    # The model lists follow the runs (the hidden button above): once when the tab is first seen (a run may
+    # have ended since the page loaded), then whenever a run finishes or saves a checkpoint.
+    follow_models = watch.follow("chat-model-a", "chat-models-refresh", ("models",))
     # The held-out prompts follow Model A: on a page load, and on every change of it (a pick, or a newer run).
     return Tab(loads=(PageLoad(load_choices, models, models), PageLoad(held_out_examples, [choice_a], [held_out])),
-               scripts=(follow_push,))
+               scripts=(follow_push, follow_models))

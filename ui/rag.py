@@ -24,7 +24,8 @@ from retrieval.store import BUNDLED_EMBEDDER, MovieStore, StoreError
 from ui.rag_table import MAP_FIELDS, UPLOAD_TYPES, bundled_genres, make_table_handlers, progress_fn, status_html, \
     table_state
 from ui.tab import PageLoad, Tab, TabContext
-from ui.chat import default_choice
+from ui import watch
+from ui.chat import default_choice, dropdown_update, refreshed_choice
 
 ANSWER_SOURCE = "movies"  # the prompts a run is tuned on to answer from retrieved plots (the Movie questions preset)
 
@@ -279,6 +280,10 @@ def build(ctx: TabContext) -> Tab:
                                              "better.")
                     compare = gr.Checkbox(label="Compare with base", value=False, elem_id="rag-compare", scale=1,
                                           info="a tuned run's base model answers from the same films, beside it")
+                    offered = gr.State(model.value)  # the default given, to tell it from a user's pick
+                    # Pressed by the page's poll when a run finishes or saves a checkpoint while the tab shows.
+                    followed = gr.Button("Re-read the models", elem_id="rag-models-refresh",
+                                         elem_classes=["gs-hidden"])
                 with gr.Row():
                     search_btn = gr.Button("Search", elem_id="rag-search", scale=2, min_width=80)
                     answer_btn = gr.Button("Search & answer", variant="primary", elem_id="rag-answer", scale=3,
@@ -340,13 +345,19 @@ def build(ctx: TabContext) -> Tab:
     cancel_btn.click(cancel_ingest, None, table_msg, concurrency_id="rag_cancel", concurrency_limit=None)
     rebuild_btn.click(rebuild, embedder, table_outputs, **write)
 
-    def load(choice):
-        """Page load: the table's state, the chat models on disk, and the mode that suits the table's size."""
+    def models(choice, offered_value):
+        """The answering models on disk; the choice follows the newest Movie questions run until the user picks."""
         choices = chat_choices()
-        values = [v for _, v in choices]
-        info = store.info()
-        return (*table_state(store, info), gr.Dropdown(choices=choices, value=choice if choice in values
-                                                       else default_choice(choices, source=ANSWER_SOURCE)),
-                gr.Radio(value=default_mode(info.rows)))
+        new = refreshed_choice(choice, offered_value, choices, source=ANSWER_SOURCE)
+        return dropdown_update(choices, choice, new), default_choice(choices, source=ANSWER_SOURCE)
 
-    return Tab(loads=(PageLoad(load, [model], [status, genres, embedder, model, mode]),))
+    def load(choice, offered_value):
+        """Page load: the table's state, the chat models on disk, and the mode that suits the table's size."""
+        info = store.info()
+        return (*table_state(store, info), *models(choice, offered_value), gr.Radio(value=default_mode(info.rows)))
+
+    followed.click(models, [model, offered], [model, offered], show_progress="hidden", trigger_mode="always_last",
+                   api_visibility="private")
+    follow_models = watch.follow("rag-model", "rag-models-refresh", ("models",))
+    return Tab(loads=(PageLoad(load, [model, offered], [status, genres, embedder, model, offered, mode]),),
+               scripts=(follow_models,))

@@ -28,7 +28,7 @@ def live_stamps(run_name: str | None, action_name: str | None) -> dict[str, str]
 # that moved since that button's last event to the event (its js), and forgets them.
 POLL_JS = """() => {
   const view = %(view)s;
-  const watch = window.gsWatch = window.gsWatch || {views: [], drawn: {}, moved: {}};
+  const watch = window.gsWatch = window.gsWatch || {views: [], moved: {}};
   if (!watch.views.some((v) => v.button === view.button)) watch.views.push(view);
   if (watch.timer) return;
   watch.take = (button) => {
@@ -50,8 +50,9 @@ POLL_JS = """() => {
       const stamps = reply.ok ? (await reply.json()).data[0] : null;
       if (!stamps) return;
       for (const v of views) {
-        const moved = v.parts.filter((part) => stamps[part] !== watch.drawn[part]);
-        moved.forEach((part) => { watch.drawn[part] = stamps[part]; });
+        const drawn = v.drawn = v.drawn || {};  // each view's own: two views may follow one part
+        const moved = v.parts.filter((part) => stamps[part] !== drawn[part]);
+        moved.forEach((part) => { drawn[part] = stamps[part]; });
         // A view that starts empty (drawFirst false) only takes note of the stamps it first sees.
         const first = !v.seen;
         v.seen = true;

@@ -7,6 +7,7 @@ browser and the app almost nothing (bench/watch_cost.py).
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from pathlib import Path
 
@@ -36,7 +37,7 @@ SHOWN_PARTS = {
     # the steer panel (ui/steer_panel.py, its own view): the values in force, the requests and their answers
     "steering": (run_files.CONFIG, run_files.LAUNCHES, run_files.STEER_REQUESTS, run_files.STEERING),
 }
-PARTS = (*SHOWN_PARTS, "jobs", "runs", "push")
+PARTS = (*SHOWN_PARTS, "jobs", "runs", "push", "models")
 
 
 def action_files() -> tuple[str, ...]:
@@ -123,6 +124,28 @@ def _listed_stamps() -> dict[str, str]:
     return {part: _digest("|".join(found)) for part, found in lines.items()}
 
 
+def _models_stamp() -> str:
+    """What the Chat and RAG tabs offer to talk to from the runs: each run's merged model and complete
+    checkpoints. It moves when a run finishes or saves a checkpoint, not at every step."""
+    lines = []
+    root = runs.runs_dir()
+    if root.is_dir():
+        for run_dir in os.scandir(root):
+            try:
+                entries = [e.name for e in os.scandir(run_dir.path)] if run_dir.is_dir() else []
+            except OSError:  # deleted while listed
+                continue
+            # Read as runs.checkpoints and run_files.merged_model do, in one listing of the folder.
+            found = sorted(name for name in entries if name.startswith(run_files.CHECKPOINT_PREFIX)
+                           and os.path.exists(os.path.join(run_dir.path, name, run_files.CHECKPOINT_MARKER)))
+            if run_files.MERGED in entries and os.path.exists(os.path.join(run_dir.path, run_files.MERGED,
+                                                                            run_files.CONFIG)):
+                found.append(run_files.MERGED)
+            if found:
+                lines.append(f"{run_dir.name}:{','.join(found)}")
+    return _digest("|".join(sorted(lines)))
+
+
 def stamps(shown: str | None, action: str | None, now: float | None = None) -> dict[str, str]:
     """One stamp per part of the live views ({part: stamp}, PARTS): a part is redrawn when its stamp moved.
     `shown` is the run the Train tab's live view shows, `action` the run picked in its Runs panel."""
@@ -138,4 +161,5 @@ def stamps(shown: str | None, action: str | None, now: float | None = None) -> d
     # The table shows every run's state; the two runs on screen are checked for a trainer that died silently.
     out["runs"] = f"{listed['runs']};{shown_head}{shown_state};{action_head}{action_state}"
     out["push"] = listed["push"]
+    out["models"] = _models_stamp()
     return out

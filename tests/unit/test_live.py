@@ -70,6 +70,12 @@ def test_the_stamps_hold_still_until_a_file_a_part_reads_changes():
                                               error="offline")) == {"jobs", "push"}
     assert moved(lambda: runs.write_status(other, "stopped")) == {"runs"}
     assert moved(lambda: make_running_run("third")) == {"runs", "jobs", "push"}  # a new run folder is listed
+    # What Chat and RAG offer: a checkpoint whose save finished, then a merged model; a half-saved one is not yet.
+    (other / "checkpoint-2").mkdir()
+    assert moved(lambda: None) == set()
+    assert moved(lambda: (other / "checkpoint-2" / run_files.CHECKPOINT_MARKER).write_text("")) == {"models"}
+    assert moved(lambda: ((other / "merged").mkdir(), (other / "merged" / "config.json").write_text("{}"))) == {
+        "models"}
 
 
 def test_a_chatty_log_moves_its_stamp_at_most_every_few_seconds_and_settles_on_its_last_lines():
@@ -133,7 +139,7 @@ def test_the_refresh_draws_the_outputs_of_the_parts_it_is_given_and_no_other(sho
     from ui import live_view
 
     # Every Train part has its outputs here; push is the Chat tab's, steering the steer panel's (ui/steer_panel.py).
-    assert set(live_view.PART_OUTPUTS) == set(live.PARTS) - {"push", "steering"}
+    assert set(live_view.PART_OUTPUTS) == set(live.PARTS) - {"push", "steering", "models"}
     run_dir = make_running_run("drawn")
     append(run_dir / "metrics.jsonl", {"step": 1, "reward": 1.0})
     append(run_dir / "groups.jsonl", {"step": 1, "groups": []})
