@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 from bench.rag_relevance import load_cases  # noqa: E402
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used  # noqa: E402
 
-IDEA_TAIL = "Which of these films is about this: {query}\nName the best match by its number and title, and say why in one sentence."
+IDEA_TAIL = ("Which of these films is about this: {query}\nName the best match by its number and title, and say why "
+             "in one sentence.")
 
 
 def idea_messages(query: str, hits) -> list[dict]:
