@@ -114,7 +114,7 @@ def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw:
             totals = parse_raw(raw)
             if len(totals) < 2:
                 raise ConfigError("Enter at least two rewards: advantages compare within a group.")
-            per_reward, batch = {}, []
+            per_reward, batch, in_run = {}, [], None
         else:
             rows = rewards_df.values.tolist() if hasattr(rewards_df, "values") else rewards_df
             specs = rewards_from_rows(rows)
@@ -127,12 +127,14 @@ def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw:
             result = _score_group(specs, texts, prompt, extra, allow_custom)
             totals, per_reward = result["total"], result["per_reward"]
             batch = _batch_totals(specs, current, allow_custom) if mode == "batch" and current else []
+            # The run's advantages beside the bench's while the group is the one loaded, unedited.
+            in_run = (current or {}).get("advantages") if (current or {}).get("candidates") == candidates else None
         divisor = group_stats(list(totals) + batch)[1] if mode == "batch" else None
         adv = group_advantages(totals, scale=mode == "group")
         if divisor is not None:
             adv = [a / ((0.0 if math.isnan(divisor) else divisor) + STD_EPS) for a in adv]
         groups = 1 + len((current or {}).get("others") or []) if batch else 1
-        return (views.bench_table(per_reward, totals, adv),
+        return (views.bench_table(per_reward, totals, adv, in_run=in_run),
                 views.bench_summary(totals, mode, batch_std=divisor, batch_size=len(totals) + len(batch),
                                     groups=groups))
     except Exception as exc:  # noqa: BLE001 - a debugging tool: show the reason plainly
@@ -270,7 +272,8 @@ def load_group(run_name: str | None, step, number, allow_custom: bool = False):
     candidates = f"\n{SEPARATOR}\n".join((c.get("completion") or "").strip() or "(empty)" for c in items)
     scale = record.get("scale_rewards") if record.get("scale_rewards") in ("group", "batch", "none") else "group"
     return (reward_rows(cfg, allow_custom=allow_custom), prompt, candidates, str(row.get("answer") or ""),
-            message, {"prompt": prompt, "columns": _row_columns(row), "others": others}, scale)
+            message, {"prompt": prompt, "columns": _row_columns(row), "others": others, "candidates": candidates,
+                      "advantages": [c.get("advantage") for c in items]}, scale)
 
 
 def build(ctx: TabContext) -> Tab:

@@ -198,16 +198,22 @@ def _completion_cell(item: dict, mode: str) -> str:
     return html.escape(item["completion"])
 
 
-def bench_table(per_reward: dict[str, list], totals: list, advantages: list[float]) -> pd.DataFrame:
+def bench_table(per_reward: dict[str, list], totals: list, advantages: list[float],
+                in_run: list | None = None) -> pd.DataFrame:
     """Reward test bench result: one row per candidate completion, its advantage and total first (what GRPO does
     with it, as the group inspector shows it), then each reward's score, so the table stays readable without
-    scrolling sideways however many rewards are ticked.
+    scrolling sideways however many rewards are ticked. `in_run`: the advantages a run logged for these
+    completions, beside the bench's.
 
     >>> list(bench_table({"length_target": [1.0, 0.0]}, [1.0, 0.0], [0.7071, -0.7071]).columns)
     ['#', 'advantage', 'total', 'length_target']
+    >>> list(bench_table({}, [1.0, 0.0], [0.7, -0.7], in_run=[0.5, None]).columns)
+    ['#', 'advantage', 'advantage in the run', 'total']
     """
-    data = {"#": list(range(1, len(totals) + 1)), "advantage": [round(a, 4) for a in advantages],
-            "total": [None if t is None else round(t, 4) for t in totals]}
+    data = {"#": list(range(1, len(totals) + 1)), "advantage": [round(a, 4) for a in advantages]}
+    if in_run is not None and len(in_run) == len(totals):
+        data["advantage in the run"] = [round(a, 4) if isinstance(a, (int, float)) else None for a in in_run]
+    data["total"] = [None if t is None else round(t, 4) for t in totals]
     for name, vals in per_reward.items():
         data[name] = [None if v is None else round(v, 4) for v in vals]
     return pd.DataFrame(data)

@@ -74,5 +74,6 @@ def test_a_group_from_a_run_loads_with_the_runs_rewards_and_scores_again(page, a
     table = page.locator("#bench-table")
     expect(table).to_contain_text("length_target", timeout=30_000)
     expect(table).not_to_contain_text("post_similarity")  # the run's rewards, not the bench's defaults
+    expect(table).to_contain_text("advantage in the run")  # what the run gave them, beside the bench's
     expect(table.locator("[role=row]")).to_have_count(5)  # a header and the group's four completions
     page.screenshot(path=str(ARTIFACTS / "bench-from-a-run.png"), full_page=True)

@@ -70,10 +70,13 @@ def test_the_reward_bench_loads_a_logged_group_and_gives_the_advantages_the_run_
     assert scale == "batch" and len(loaded["others"]) == 1
     table, summary = score_candidates(rewards, prompt, candidates, answer, "", scale, loaded=loaded)
     assert "of all 8 totals of the step's 2 groups" in summary, summary
-    assert [row[2] for row in table.values.tolist()] == pytest.approx([c["total"] for c in logged], abs=0.01)
-    assert [row[1] for row in table.values.tolist()] == pytest.approx([c["advantage"] for c in logged], abs=0.01)
+    assert table["total"].tolist() == pytest.approx([c["total"] for c in logged], abs=0.01)
+    assert table["advantage"].tolist() == pytest.approx([c["advantage"] for c in logged], abs=0.01)
+    assert table["advantage in the run"].tolist() == pytest.approx([c["advantage"] for c in logged], abs=1e-4)
     own, _ = score_candidates(rewards, prompt, candidates, answer, "", "group", loaded=loaded)
-    assert [row[1] for row in own.values.tolist()] != pytest.approx([c["advantage"] for c in logged], abs=0.01)
+    assert own["advantage"].tolist() != pytest.approx([c["advantage"] for c in logged], abs=0.01)
+    edited, _ = score_candidates(rewards, prompt, candidates + "\n---\nOne more.", answer, "", "batch", loaded=loaded)
+    assert "advantage in the run" not in edited.columns  # not the run's group any more
 
 
 def test_merged_model_loads_generates_and_matches_base_plus_adapter(finished_run, bundled_model_dir):

@@ -31,7 +31,9 @@ def test_the_latest_group_loads_with_the_runs_rewards(run_with_groups):
     assert message.startswith(f"Loaded **{run_with_groups.name}**, step 2, prompt 1: 2 completions")
     assert "they scored 0, 10 (advantages -0.50, +0.50, scaled by the batch's std, as the bench now is)" in message
     # Not one of the run's prompts (made up here): the rewards compare with the Prompt box, and the bench says so.
-    assert "can't be read here" in message and loaded == {"prompt": prompt, "columns": {}, "others": []}
+    assert "can't be read here" in message
+    assert loaded == {"prompt": prompt, "columns": {}, "others": [], "candidates": candidates,
+                      "advantages": [-0.5, 0.5]}
     assert scale == "batch"  # the bench divides as the run did
 
 
