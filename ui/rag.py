@@ -5,14 +5,18 @@ films, uploads, the Wikipedia CSV, the embedder) are in ui/rag_table.py."""
 from __future__ import annotations
 
 import html
+import json
 import queue
 import threading
+from pathlib import Path
 
 import gradio as gr
 
 from pipeline.rewards.grounding import check_answer, check_markdown, marked
+from pipeline.run_folder import run_files
+from pipeline.setup.movie_questions import PROMPT_TOP_K
 from pipeline.training.generate import (ChatModelError, ModelCache, base_choice, chat_choices, empty_reply,
-                                       generation_error_message)
+                                       generation_error_message, run_for_choice)
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
 from retrieval.bundled_table import ensure_bundled_table
@@ -25,7 +29,7 @@ from ui.rag_table import MAP_FIELDS, UPLOAD_TYPES, bundled_genres, make_table_ha
     table_state
 from ui.tab import PageLoad, Tab, TabContext
 from ui import watch
-from ui.chat import default_choice, dropdown_update, refreshed_choice
+from ui.chat import default_choice, dropdown_update, example_label, refreshed_choice
 
 ANSWER_SOURCE = "movies"  # the prompts a run is tuned on to answer from retrieved plots (the Movie questions preset)
 
@@ -41,6 +45,30 @@ EXAMPLES = [
     ["Robots or computers that turn against their makers", 1960, 2000, ["Science Fiction"]],
     ["A heist where the crew is betrayed by one of its own", 0, 0, ["Crime", "Thriller"]],
 ]
+
+
+HELD_OUT_SHOWN = 6
+
+
+def held_out_questions(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[str]:
+    """The first questions a Movie questions run held out (never trained on), as asked in training; [] for a base
+    model or a run of other prompts, or when its prompts file can't be read."""
+    try:
+        rows = json.loads((run_dir / run_files.EVAL_PROMPTS).read_text(encoding="utf-8")) if run_dir else []
+    except (OSError, ValueError):
+        return []
+    questions = [row.get("question") for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []
+    return [q for q in questions if isinstance(q, str) and q.strip()][:limit]
+
+
+def held_out_examples(choice: str | None) -> gr.Dataset:
+    """The answering model's held-out questions, hidden when it has none."""
+    try:
+        questions = held_out_questions(run_for_choice(choice)) if choice else []
+    except ChatModelError:
+        questions = []
+    return gr.Dataset(samples=[[q] for q in questions], sample_labels=[example_label(q, 90) for q in questions],
+                      visible=bool(questions))
 
 
 # ---- rendering (pure) --------------------------------------------------------------------------
@@ -269,7 +297,7 @@ def build(ctx: TabContext) -> Tab:
                 genres = gr.CheckboxGroup(label="Genres (none ticked = all)", choices=bundled_genres(),
                                           elem_id="rag-genres")
                 with gr.Row():
-                    top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Top-k films")
+                    top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Top-k films", elem_id="rag-top-k")
                     mode = gr.Radio(search_modes.choices(), value=DEFAULT_MODE, label="Search",
                                     elem_id="rag-mode")
                 with gr.Row():
@@ -306,6 +334,9 @@ def build(ctx: TabContext) -> Tab:
                     prompt = gr.Textbox(show_label=False, lines=12, max_lines=40, interactive=False,
                                         elem_id="rag-prompt")
         gr.Examples(EXAMPLES, inputs=[query, year_min, year_max, genres], label="Example questions")
+        held_out = gr.Dataset(components=[query], samples=[], visible=False, elem_id="rag-held-out",
+                              label=f"Held-out questions of the answering model's run: never trained on; a click "
+                                    f"also sets top-k to the {PROMPT_TOP_K} films it trained with")
         with gr.Accordion("Movie table", open=False):
             table_msg = gr.Markdown()
             with gr.Row():
@@ -358,6 +389,11 @@ def build(ctx: TabContext) -> Tab:
 
     followed.click(models, [model, offered], [model, offered], show_progress="hidden", trigger_mode="always_last",
                    api_visibility="private")
+    model.change(held_out_examples, model, held_out, show_progress="hidden", api_visibility="private")
+    # Cleared of filters: the run's questions were asked over the whole table.
+    held_out.click(lambda sample: (sample[0], PROMPT_TOP_K, 0, 0, []), held_out,
+                   [query, top_k, year_min, year_max, genres], show_progress="hidden", api_visibility="private")
     follow_models = watch.follow("rag-model", "rag-models-refresh", ("models",))
-    return Tab(loads=(PageLoad(load, [model, offered], [status, genres, embedder, model, offered, mode]),),
+    return Tab(loads=(PageLoad(load, [model, offered], [status, genres, embedder, model, offered, mode]),
+                      PageLoad(held_out_examples, [model], [held_out])),
                scripts=(follow_models,))
