@@ -121,6 +121,8 @@ def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw:
             if not specs:
                 raise ConfigError("Tick at least one reward.")
             texts = split_candidates(candidates)
+            if current and current.get("candidates") == candidates and current.get("texts"):
+                texts = list(current["texts"])  # as the run scored them: an empty one empty, spaces kept
             if len(texts) < 2:
                 raise ConfigError(f"Enter at least two completions, separated by a line with only {SEPARATOR}.")
             extra = _extra_columns((current or {}).get("columns"), prompt, answer, len(texts))
@@ -273,6 +275,7 @@ def load_group(run_name: str | None, step, number, allow_custom: bool = False):
     scale = record.get("scale_rewards") if record.get("scale_rewards") in ("group", "batch", "none") else "group"
     return (reward_rows(cfg, allow_custom=allow_custom), prompt, candidates, str(row.get("answer") or ""),
             message, {"prompt": prompt, "columns": _row_columns(row), "others": others, "candidates": candidates,
+                      "texts": [c.get("completion") or "" for c in items],
                       "advantages": [c.get("advantage") for c in items]}, scale)
 
 

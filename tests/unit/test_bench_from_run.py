@@ -33,7 +33,7 @@ def test_the_latest_group_loads_with_the_runs_rewards(run_with_groups):
     # Not one of the run's prompts (made up here): the rewards compare with the Prompt box, and the bench says so.
     assert "can't be read here" in message
     assert loaded == {"prompt": prompt, "columns": {}, "others": [], "candidates": candidates,
-                      "advantages": [-0.5, 0.5]}
+                      "texts": ["answer 2.0", "answer 2.1"], "advantages": [-0.5, 0.5]}
     assert scale == "batch"  # the bench divides as the run did
 
 
@@ -87,3 +87,23 @@ def test_a_run_step_or_prompt_that_isnt_there_is_named_and_the_bench_is_left_as_
     *fields, message, loaded, scale = load_group(name or run_with_groups.name, step, number)
     assert message == f"❌ {reason}"
     assert all(isinstance(f, type(gr.skip())) for f in [*fields, loaded, scale])
+
+
+def test_an_empty_completion_is_scored_empty_as_in_the_run_until_the_group_is_edited(tmp_path, monkeypatch):
+    """The box shows "(empty)" for a completion the model ended at once; scoring the loaded group scores it as the
+    run did, as no text (length 0), and an edited box is scored as typed."""
+    from ui.reward_bench import load_group, score_candidates
+
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    run_dir = runs.new_run_dir("empty")
+    cfg = RunConfig(rewards=[RewardSpec("length_target", 1.0, {"target": 0, "unit": "chars"})])
+    runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    runs.append_jsonl(run_dir / "groups.jsonl", {"step": 1, "scale_rewards": "group", "groups": [
+        {"prompt": "[user] Say nothing", "completions": [{"completion": "", "total": 0.0, "advantage": 0.7},
+                                                        {"completion": "  Hi ", "total": -5.0, "advantage": -0.7}]}]})
+    rewards, prompt, candidates, answer, _, loaded, scale = load_group(run_dir.name, 1, 1)
+    assert candidates == "(empty)\n---\nHi"
+    table, _ = score_candidates(rewards, prompt, candidates, answer, "", scale, loaded=loaded)
+    assert table["total"].tolist() == [0.0, -5.0]  # as logged
+    edited, _ = score_candidates(rewards, prompt, candidates.replace("Hi", "Hey"), answer, "", scale, loaded=loaded)
+    assert edited["total"].tolist() == [-7.0, -3.0]  # "(empty)" and "Hey" as typed
