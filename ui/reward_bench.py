@@ -78,27 +78,33 @@ def _extra_columns(columns: dict | None, prompt: str, answer: str, n: int) -> di
     return extra
 
 
-def _score_group(specs, texts: list[str], prompt: str, extra: dict, allow_custom: bool) -> dict:
+def _score_group(specs, texts: list[str], prompts: list[str], extra: dict, allow_custom: bool) -> dict:
+    """Score completions, each with its own prompt and `extra` columns (one value per completion)."""
     completions = [[{"role": "assistant", "content": t}] for t in texts]
-    prompts = [[{"role": "user", "content": prompt or ""}]] * len(texts)
+    chats = [[{"role": "user", "content": p or ""}] for p in prompts]
     if needs_isolation(specs):  # custom code runs in a child process, never in the web server
         if not allow_custom:
             raise ConfigError("custom_python runs your own code; start the app with --allow-custom-rewards.")
-        return score_isolated(specs, completions, allow_custom=True, prompts=prompts, **extra)
+        return score_isolated(specs, completions, allow_custom=True, prompts=chats, **extra)
     funcs, weights = build_rewards(specs, policy="fail", timeout_s=BENCH_TIMEOUT_S)
-    return score(funcs, weights, completions, prompts=prompts, **extra)
+    return score(funcs, weights, completions, prompts=chats, **extra)
 
 
 def _batch_totals(specs, loaded: dict, allow_custom: bool) -> list:
-    """The totals of the loaded step's other groups, rescored with these rewards and weights."""
-    totals: list = []
+    """The totals of the loaded step's other groups, rescored with these rewards and weights in one call."""
+    texts, prompts, parts = [], [], []
     for other in loaded.get("others") or []:
-        texts = other.get("completions") or []
-        if texts:
-            columns = other.get("columns") or {}
-            extra = _extra_columns(columns, other.get("prompt") or "", str(columns.get("answer") or ""), len(texts))
-            totals += _score_group(specs, texts, other.get("prompt") or "", extra, allow_custom)["total"]
-    return totals
+        n = len(other.get("completions") or [])
+        columns = other.get("columns") or {}
+        parts.append(_extra_columns(columns, other.get("prompt") or "", str(columns.get("answer") or ""), n))
+        texts += other.get("completions") or []
+        prompts += [other.get("prompt") or ""] * n
+    if not texts:
+        return []
+    keys = {key for part in parts for key in part}
+    extra = {key: [v for part, other in zip(parts, loaded["others"])
+                   for v in part.get(key, [None] * len(other.get("completions") or []))] for key in keys}
+    return _score_group(specs, texts, prompts, extra, allow_custom)["total"]
 
 
 def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw: str, scale,
@@ -126,7 +132,7 @@ def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw:
             if len(texts) < 2:
                 raise ConfigError(f"Enter at least two completions, separated by a line with only {SEPARATOR}.")
             extra = _extra_columns((current or {}).get("columns"), prompt, answer, len(texts))
-            result = _score_group(specs, texts, prompt, extra, allow_custom)
+            result = _score_group(specs, texts, [prompt] * len(texts), extra, allow_custom)
             totals, per_reward = result["total"], result["per_reward"]
             batch = _batch_totals(specs, current, allow_custom) if mode == "batch" and current else []
             # The run's advantages beside the bench's while the group is the one loaded, unedited.

@@ -107,3 +107,32 @@ def test_an_empty_completion_is_scored_empty_as_in_the_run_until_the_group_is_ed
     assert table["total"].tolist() == [0.0, -5.0]  # as logged
     edited, _ = score_candidates(rewards, prompt, candidates.replace("Hi", "Hey"), answer, "", scale, loaded=loaded)
     assert edited["total"].tolist() == [-7.0, -3.0]  # "(empty)" and "Hey" as typed
+
+
+def test_divided_by_the_batchs_std_a_loaded_group_gets_the_advantages_of_its_whole_step(tmp_path, monkeypatch):
+    """Three arithmetic groups, each with its own problem and reference answer: the bench rescores the other two
+    against their own answers, and the loaded group's advantages are those of the whole batch's formula."""
+    from pipeline.rewards.advantages import batch_advantages
+    from pipeline.setup.config import DatasetSpec
+    from pipeline.setup.data import arithmetic_rows
+    from ui.reward_bench import load_group, score_candidates
+
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    run_dir = runs.new_run_dir("batch")
+    cfg = RunConfig(dataset=DatasetSpec(source="arithmetic"), rewards=[RewardSpec("exact_answer", 2.0, {})])
+    runs.write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    rows = arithmetic_rows("")[:3]
+    right = [[True, True, False], [True, False, False], [False, False, False]]  # per group: which answers are right
+    groups = [{"prompt": f"[user] {row['prompt'][-1]['content']}", "completions": [
+        {"completion": str(row["answer"] if ok else int(row["answer"]) + 1)} for ok in oks]}
+        for row, oks in zip(rows, right)]
+    runs.append_jsonl(run_dir / "groups.jsonl", {"step": 1, "scale_rewards": "batch", "groups": groups})
+    totals = [2.0 * ok for oks in right for ok in oks]
+    expected = batch_advantages(totals, 3, scale="batch")
+
+    rewards, prompt, candidates, answer, _, loaded, scale = load_group(run_dir.name, 1, 2)
+    assert (scale, answer, len(loaded["others"])) == ("batch", str(rows[1]["answer"]), 2)
+    table, summary = score_candidates(rewards, prompt, candidates, answer, "", scale, loaded=loaded)
+    assert table["total"].tolist() == totals[3:6]
+    assert table["advantage"].tolist() == pytest.approx(expected[3:6], abs=1e-4)
+    assert "of all 9 totals of the step's 3 groups" in summary
