@@ -335,8 +335,8 @@ def build(ctx: TabContext) -> Tab:
                                         elem_id="rag-prompt")
         gr.Examples(EXAMPLES, inputs=[query, year_min, year_max, genres], label="Example questions")
         held_out = gr.Dataset(components=[query], samples=[], visible=False, elem_id="rag-held-out",
-                              label=f"Held-out questions of the answering model's run: never trained on; a click "
-                                    f"also sets top-k to the {PROMPT_TOP_K} films it trained with")
+                              label=f"Held-out questions of the answering model's run, never trained on: a click "
+                                    f"asks one as in training (top-k {PROMPT_TOP_K}, no filters)")
         with gr.Accordion("Movie table", open=False):
             table_msg = gr.Markdown()
             with gr.Row():
