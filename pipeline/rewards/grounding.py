@@ -56,7 +56,9 @@ NATIONALITIES = frozenset("""african american arabic australian austrian belgian
 czech danish dutch egyptian english european finnish french german greek hindi hungarian indian irish israeli italian
 japanese korean latin mexican norwegian persian polish portuguese russian scottish soviet spanish swedish swiss
 turkish welsh""".split())
-SENTENCE_START = re.compile(r"(?:^|[.!?:;\n\]\-–—•*]|\d[.)])\s*$")
+# What ends a sentence (or a list marker) before a word, closing quotes and brackets included: 'as "Vertigo." They'.
+SENTENCE_START = re.compile(r"(?:^|[.!?:;\n\]\-–—•*]|\d[.)])[\"”’')]*\s*$")
+CONTRACTION = re.compile(r"['’](?:s|re|ll|ve|d|m)$")  # "They're" is "they" to the list of openers
 ARTICLE = re.compile(r"^(?:the|a|an) ")
 
 
@@ -222,8 +224,8 @@ def unsupported_name(name: str, source: str, opens_sentence: bool, cut: bool = F
     words = name.split()
     if contains(source, name, cut):
         return None
-    if len(words) == 1 and (name.lower() in OPENERS or (name.isupper() and len(name) <= 3)):
-        return None  # "Film", "Movie", "TV": ordinary words written with a capital
+    if len(words) == 1 and (CONTRACTION.sub("", name.lower()) in OPENERS or (name.isupper() and len(name) <= 3)):
+        return None  # "Film", "Movie", "TV", "They're": ordinary words written with a capital
     if opens_sentence:
         if len(words) == 1 and name.lower() not in GENRES:  # "Genre: Thriller" is checked
             return None

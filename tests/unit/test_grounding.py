@@ -122,3 +122,10 @@ def test_a_nationality_the_films_lack_is_reported_as_a_claim_not_a_name():
     assert FilmDetails()(["[1] is a Japanese film about samurai."], prompts=[prompt]) == [0.0]
     # Said in a plot, it is supported.
     assert check_answer("[1] is Japanese.", hits, source.replace("Farmers", "Japanese farmers")) == []
+
+
+def test_a_sentence_opened_after_a_closing_quote_or_by_a_contraction_is_not_a_name():
+    """'… as "Dune." They're …': the capital of "They're" is the sentence's, as after a plain full stop; and a
+    contraction of an ordinary opener ("They're", "It'll") is no name anywhere. A real name there still is."""
+    assert said('It is known as "Dune." They\'re sent to Arrakis, and we\'re told They\'ll stay.') == []
+    assert said("Paul goes to 'Arrakis.' Norman Bates is next.") == ["Norman Bates"]
