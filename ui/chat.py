@@ -12,7 +12,7 @@ import gradio as gr
 
 from pipeline import export, runner
 from pipeline.models.gguf_export import DEFAULT_OUT_TYPE, OUT_TYPES, OUT_TYPES_HELP
-from pipeline.run_folder import run_files, runs
+from pipeline.run_folder import run_files
 from pipeline.setup.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.training.generate import (
     ChatModelError, ModelCache, ModelChoice, chat_choices, empty_reply, error_reply, is_error_reply, run_for_choice,
@@ -20,75 +20,12 @@ from pipeline.training.generate import (
 )
 from pipeline.rewards import build_rewards, score
 from ui import views, watch
+from ui.model_choices import default_choice, example_label, follow_runs, model_b, reread_models
 from ui.tab import PageLoad, Tab, TabContext, acting
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EXAMPLES = json.loads((ASSETS / "prompts" / "chat_examples.json").read_text(encoding="utf-8"))
 SCORE_TIMEOUT_S = 30.0  # one reward scoring one reply: past this it counts as missing, and the reply's score says so
-
-
-def trained_on(run_name: str) -> str | None:
-    """The prompts a run trained on, by their source ("tldr", "movies", "file", ...); None when unreadable."""
-    dataset = (runs.read_json(runs.runs_dir() / run_name / run_files.CONFIG) or {}).get("dataset")
-    return dataset.get("source") if isinstance(dataset, dict) else None
-
-
-def default_choice(choices: list[tuple[str, str]] | None = None, source: str | None = None) -> str:
-    """The run that finished last (its merged model) if there is one, else the bundled base model. With `source`,
-    only a run trained on those prompts counts: the RAG tab asks for one tuned on Movie questions, since a run
-    tuned to write TL;DRs answers film questions no better than the model it started from."""
-    offered = [ModelChoice.parse(v) for _, v in (chat_choices() if choices is None else choices)]
-    finished = [c for c in offered if c.kind == "run" and (source is None or trained_on(c.name) == source)]
-    if not finished:
-        return BUNDLED_MODEL_ID
-    # By end time, not by name: a run named on the command line ("demo") sorts above the app's dated names.
-    return max(finished, key=lambda c: runs.read_status(runs.runs_dir() / c.name).get("ended_at") or 0).value
-
-
-def refreshed_choice(current: str | None, offered: str | None, choices: list[tuple[str, str]],
-                     source: str | None = None) -> str:
-    """The model a dropdown shows after its list is re-read: a model the user picked stays; the default
-    offered last time (never changed) or a model that is gone becomes today's default, such as the
-    run that just finished (with `source`, as default_choice picks it)."""
-    values = [v for _, v in choices]
-    return current if current in values and current != offered else default_choice(choices, source=source)
-
-
-def dropdown_update(choices: list[tuple[str, str]], shown: str | None, value: str | None) -> gr.Dropdown:
-    """A re-read list; the value is sent only when it changes, so a pick made while the list was being re-read
-    is not put back to the value the re-read started from."""
-    return gr.Dropdown(choices=choices, value=value) if value != shown else gr.Dropdown(choices=choices)
-
-
-def base_of(choice: str | None) -> str:
-    """The model a run or checkpoint choice started from (its config's model); the bundled base model for a
-    base model, or a run whose settings can't be read."""
-    try:
-        run_dir = run_for_choice(choice) if choice else None
-    except ChatModelError:
-        run_dir = None
-    model = (runs.read_json(run_dir / run_files.CONFIG) or {}).get("model") if run_dir is not None else None
-    return model if isinstance(model, str) and model.strip() else BUNDLED_MODEL_ID
-
-
-def model_b(a: str | None, b: str | None, offered_b: str | None,
-            choices: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], str]:
-    """Model B's choices and value: until the user picks model B, it is the model that model A's run started from,
-    so side by side compares a run with its own base (a Qwen run with Qwen, not with the bundled model). A base
-    the catalog doesn't list (a local folder, a hub id) is added to B's choices.
-
-    >>> base = BUNDLED_MODEL_ID
-    >>> model_b(base, base, base, [("SmolLM2 (base)", base)])
-    ([('SmolLM2 (base)', 'bundled/SmolLM2-135M-Instruct')], 'bundled/SmolLM2-135M-Instruct')
-    >>> model_b(base, "run:mine", base, [("mine", "run:mine"), ("SmolLM2 (base)", base)])[1]  # picked by the user
-    'run:mine'
-    """
-    base = base_of(a)
-    if base not in [v for _, v in choices]:
-        choices = [*choices, (f"{base} (base of model A)", base)]
-    if b is None or b == offered_b or b not in [v for _, v in choices]:
-        b = base
-    return choices, b
 
 
 def rewards_for(choice: str) -> tuple[list, str]:
@@ -363,16 +300,6 @@ def held_out_prompts(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[
     return texts[:limit]
 
 
-def example_label(text: str, width: int = 70) -> str:
-    """A prompt's first line, cut to `width` characters.
-
-    >>> example_label("What is 7 + 3 x 4?"), example_label("A long post " * 10, 20)
-    ('What is 7 + 3 x 4?', 'A long post A long…')
-    """
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= width else line[:width - 1].rstrip() + "…"
-
-
 def held_out_examples(choice: str | None) -> gr.Dataset:
     """Model A's run's held-out prompts as examples to send (hidden for a base model): the prompts the run was
     probed and evaluated on, in the form it trained on, where what GRPO changed shows best."""
@@ -448,14 +375,6 @@ def build(ctx: TabContext) -> Tab:
         # The push's progress: the page's poll presses this hidden button when a push's state file changed.
         push_refreshed = gr.Button("Refresh the push message", elem_id="chat-push-refresh", elem_classes=["gs-hidden"])
 
-    def load_choices(a, b, offered, offered_b_value):
-        """Page load and ↻: re-read the models on disk; Model A follows the newest finished run and Model B that
-        run's base model, each until the user picks a model themselves."""
-        choices = chat_choices()
-        new_a = refreshed_choice(a, offered, choices)
-        choices_b, new_b = model_b(new_a, b, offered_b_value, choices)
-        return (dropdown_update(choices, a, new_a), dropdown_update(choices_b, b, new_b), default_choice(choices),
-                new_b)
 
     def follow_a(a, b, offered_b_value):
         """Model A changed: Model B moves to its base model, unless the user picked B."""
@@ -470,8 +389,8 @@ def build(ctx: TabContext) -> Tab:
     side_by_side.change(lambda on: (gr.Dropdown(visible=on), gr.Chatbot(visible=on)), side_by_side,
                         [choice_b, chat_b])
     models = [choice_a, choice_b, offered_a, offered_b]
-    refresh.click(load_choices, models, models)
-    followed.click(load_choices, models, models, show_progress="hidden", trigger_mode="always_last",
+    refresh.click(reread_models, models, models)
+    followed.click(follow_runs, [*models, chat_a], models, show_progress="hidden", trigger_mode="always_last",
                    api_visibility="private")
     choice_a.change(held_out_examples, choice_a, held_out, show_progress="hidden", api_visibility="private")
     choice_a.change(follow_a, [choice_a, choice_b, offered_b], [choice_b, offered_b], show_progress="hidden",
@@ -496,5 +415,5 @@ def build(ctx: TabContext) -> Tab:
     # have ended since the page loaded), then whenever a run finishes or saves a checkpoint.
     follow_models = watch.follow("chat-model-a", "chat-models-refresh", ("models",))
     # The held-out prompts follow Model A: on a page load, and on every change of it (a pick, or a newer run).
-    return Tab(loads=(PageLoad(load_choices, models, models), PageLoad(held_out_examples, [choice_a], [held_out])),
+    return Tab(loads=(PageLoad(reread_models, models, models), PageLoad(held_out_examples, [choice_a], [held_out])),
                scripts=(follow_push, follow_models))

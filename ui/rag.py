@@ -29,7 +29,7 @@ from ui.rag_table import MAP_FIELDS, UPLOAD_TYPES, bundled_genres, make_table_ha
     table_state
 from ui.tab import PageLoad, Tab, TabContext
 from ui import watch
-from ui.chat import default_choice, dropdown_update, example_label, refreshed_choice
+from ui.model_choices import default_choice, dropdown_update, example_label, refreshed_choice
 
 ANSWER_SOURCE = "movies"  # the prompts a run is tuned on to answer from retrieved plots (the Movie questions preset)
 

@@ -1,5 +1,6 @@
 import json
 
+import gradio as gr
 import pytest
 
 from pipeline.run_folder import run_files, runs
@@ -147,7 +148,7 @@ def test_concurrent_requests_for_one_model_load_it_once(monkeypatch):
 
 def test_model_a_offers_the_run_that_finished_last_until_the_user_picks_a_model():
     from pipeline.setup.config import BUNDLED_MODEL_ID as base
-    from ui.chat import default_choice, refreshed_choice
+    from ui.model_choices import default_choice, refreshed_choice
 
     no_runs = [("SmolLM2 (base)", base)]
     assert default_choice(no_runs) == base
@@ -167,6 +168,22 @@ def test_model_a_offers_the_run_that_finished_last_until_the_user_picks_a_model(
     assert refreshed_choice(base, "run:20990101-000000-app", choices) == base
     # ...and a model that is gone (its run deleted) falls back to the default.
     assert refreshed_choice("run:deleted", base, choices) == "run:20990101-000000-app"
+
+
+def test_a_run_that_finishes_mid_conversation_leaves_the_conversations_models_as_they_are():
+    """The page's poll re-reads the lists when a run finishes: with no conversation yet, Model A moves to it; with
+    one, A and B stay (only their lists grow) and what each was offered is left as it was."""
+    from pipeline.setup.config import BUNDLED_MODEL_ID as base
+    from ui.model_choices import follow_runs
+
+    runs.write_status(_run("20990101-000000-new", merged=True, state="finished"), "finished", ended_at=300.0)
+    a, b, offered_a, offered_b = follow_runs(base, base, base, base, [])
+    assert a.constructor_args["value"] == offered_a == "run:20990101-000000-new"
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    a, b, offered_a, offered_b = follow_runs(base, base, base, base, history)
+    assert "run:20990101-000000-new" in [value for _, value in a.choices]
+    assert "value" not in a.constructor_args and "value" not in b.constructor_args  # the dropdowns keep theirs
+    assert all(isinstance(x, type(gr.skip())) for x in (offered_a, offered_b))
 
 
 def test_releasing_models_empties_every_cache(monkeypatch):
@@ -246,7 +263,7 @@ def test_held_out_prompts_are_read_as_trained_and_a_missing_or_damaged_file_offe
 
 def test_the_rag_tab_offers_the_newest_run_tuned_on_movie_questions_else_the_base_model():
     from pipeline.setup.config import BUNDLED_MODEL_ID as base
-    from ui.chat import default_choice, trained_on
+    from ui.model_choices import default_choice, trained_on
 
     def finished(name, source, ended_at):
         run_dir = _run(name, merged=True, state="finished")
@@ -264,7 +281,7 @@ def test_the_rag_tab_offers_the_newest_run_tuned_on_movie_questions_else_the_bas
 
 def test_model_b_is_model_as_base_until_the_user_picks_it():
     from pipeline.setup.config import BUNDLED_MODEL_ID as base
-    from ui.chat import model_b
+    from ui.model_choices import model_b
 
     own = _run("20990301-000000-own-base", merged=True, checkpoint=2, state="finished")
     (own / "config.json").write_text(json.dumps({"model": "/models/my-qwen"}))
