@@ -389,7 +389,7 @@ def build(ctx: TabContext) -> Tab:
     side_by_side.change(lambda on: (gr.Dropdown(visible=on), gr.Chatbot(visible=on)), side_by_side,
                         [choice_b, chat_b])
     models = [choice_a, choice_b, offered_a, offered_b]
-    refresh.click(reread_models, models, models)
+    refresh.click(reread_models, models, models, api_name="load_choices")  # the API name it has always had
     followed.click(follow_runs, [*models, chat_a], models, show_progress="hidden", trigger_mode="always_last",
                    api_visibility="private")
     choice_a.change(held_out_examples, choice_a, held_out, show_progress="hidden", api_visibility="private")

@@ -170,13 +170,16 @@ def test_model_a_offers_the_run_that_finished_last_until_the_user_picks_a_model(
     assert refreshed_choice("run:deleted", base, choices) == "run:20990101-000000-app"
 
 
-def test_a_run_that_finishes_mid_conversation_leaves_the_conversations_models_as_they_are():
+def test_a_run_that_finishes_mid_conversation_leaves_the_conversations_models_as_they_are(monkeypatch):
     """The page's poll re-reads the lists when a run finishes: with no conversation yet, Model A moves to it; with
     one, A and B stay (only their lists grow) and what each was offered is left as it was."""
     from pipeline.setup.config import BUNDLED_MODEL_ID as base
+    from ui import model_choices
     from ui.model_choices import follow_runs
 
     runs.write_status(_run("20990101-000000-new", merged=True, state="finished"), "finished", ended_at=300.0)
+    # The models on disk as the poll finds them: that run and the base model (not the session's other runs).
+    monkeypatch.setattr(model_choices, "chat_choices", lambda: [("new", "run:20990101-000000-new"), ("SmolLM2", base)])
     a, b, offered_a, offered_b = follow_runs(base, base, base, base, [])
     assert a.constructor_args["value"] == offered_a == "run:20990101-000000-new"
     history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
