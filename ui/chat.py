@@ -20,7 +20,7 @@ from pipeline.training.generate import (
 )
 from pipeline.rewards import build_rewards, score
 from ui import views, watch
-from ui.model_choices import default_choice, example_label, follow_runs, model_b, reread_models
+from ui.model_choices import default_choice, example_label, follow_runs, held_out_rows, model_b, reread_models
 from ui.tab import PageLoad, Tab, TabContext, acting
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -283,15 +283,9 @@ HELD_OUT_SHOWN = 6
 def held_out_prompts(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[str]:
     """The first held-out prompts of a run (never trained on), as the model saw them in training: the text of
     each prompt's last user message. Empty for a base model, or for a run whose prompts file can't be read."""
-    if run_dir is None:
-        return []
-    try:
-        rows = json.loads((run_dir / run_files.EVAL_PROMPTS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # none written (eval_fraction 0), or damaged
-        return []
     texts = []
-    for row in rows if isinstance(rows, list) else []:
-        prompt = row.get("prompt") if isinstance(row, dict) else None
+    for row in held_out_rows(run_dir):
+        prompt = row.get("prompt")
         if isinstance(prompt, list):  # chat messages: the last user turn
             prompt = next((m.get("content") for m in reversed(prompt)
                            if isinstance(m, dict) and m.get("role") == "user"), None)

@@ -5,7 +5,6 @@ films, uploads, the Wikipedia CSV, the embedder) are in ui/rag_table.py."""
 from __future__ import annotations
 
 import html
-import json
 import queue
 import threading
 from pathlib import Path
@@ -13,7 +12,6 @@ from pathlib import Path
 import gradio as gr
 
 from pipeline.rewards.grounding import check_answer, check_markdown, marked
-from pipeline.run_folder import run_files
 from pipeline.setup.movie_questions import PROMPT_TOP_K
 from pipeline.training.generate import (ChatModelError, ModelCache, base_choice, chat_choices, empty_reply,
                                        generation_error_message, run_for_choice)
@@ -29,7 +27,7 @@ from ui.rag_table import MAP_FIELDS, UPLOAD_TYPES, bundled_genres, make_table_ha
     table_state
 from ui.tab import PageLoad, Tab, TabContext
 from ui import watch
-from ui.model_choices import default_choice, dropdown_update, example_label, refreshed_choice
+from ui.model_choices import default_choice, dropdown_update, example_label, held_out_rows, refreshed_choice
 
 ANSWER_SOURCE = "movies"  # the prompts a run is tuned on to answer from retrieved plots (the Movie questions preset)
 
@@ -53,11 +51,7 @@ HELD_OUT_SHOWN = 6
 def held_out_questions(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[str]:
     """The first questions a Movie questions run held out (never trained on), as asked in training; [] for a base
     model or a run of other prompts, or when its prompts file can't be read."""
-    try:
-        rows = json.loads((run_dir / run_files.EVAL_PROMPTS).read_text(encoding="utf-8")) if run_dir else []
-    except (OSError, ValueError):
-        return []
-    questions = [row.get("question") for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []
+    questions = [row.get("question") for row in held_out_rows(run_dir)]
     return [q for q in questions if isinstance(q, str) and q.strip()][:limit]
 
 

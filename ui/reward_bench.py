@@ -3,11 +3,9 @@ group mean, std and advantages exactly as the trainer computes them. Debug rewar
 
 from __future__ import annotations
 
-import math
-
 import gradio as gr
 
-from pipeline.rewards.advantages import STD_EPS, group_advantages, group_stats
+from pipeline.rewards.advantages import group_advantages, group_stats
 from pipeline.run_folder import run_files, runs
 from pipeline.setup.config import BUNDLED_MODEL_ID, ConfigError, RunConfig
 from pipeline.training.generate import ModelCache
@@ -94,16 +92,14 @@ def _batch_totals(specs, loaded: dict, allow_custom: bool) -> list:
     """The totals of the loaded step's other groups, rescored with these rewards and weights in one call."""
     texts, prompts, parts = [], [], []
     for other in loaded.get("others") or []:
-        n = len(other.get("completions") or [])
-        columns = other.get("columns") or {}
-        parts.append(_extra_columns(columns, other.get("prompt") or "", str(columns.get("answer") or ""), n))
+        n, columns = len(other.get("completions") or []), other.get("columns") or {}
+        parts.append((n, _extra_columns(columns, other.get("prompt") or "", str(columns.get("answer") or ""), n)))
         texts += other.get("completions") or []
         prompts += [other.get("prompt") or ""] * n
     if not texts:
         return []
-    keys = {key for part in parts for key in part}
-    extra = {key: [v for part, other in zip(parts, loaded["others"])
-                   for v in part.get(key, [None] * len(other.get("completions") or []))] for key in keys}
+    keys = {key for _, part in parts for key in part}  # a column some group lacks is None for its completions
+    extra = {key: [v for n, part in parts for v in part.get(key, [None] * n)] for key in keys}
     return _score_group(specs, texts, prompts, extra, allow_custom)["total"]
 
 
@@ -138,9 +134,7 @@ def score_candidates(rewards_df, prompt: str, candidates: str, answer: str, raw:
             # The run's advantages beside the bench's while the group is the one loaded, unedited.
             in_run = (current or {}).get("advantages") if (current or {}).get("candidates") == candidates else None
         divisor = group_stats(list(totals) + batch)[1] if mode == "batch" else None
-        adv = group_advantages(totals, scale=mode == "group")
-        if divisor is not None:
-            adv = [a / ((0.0 if math.isnan(divisor) else divisor) + STD_EPS) for a in adv]
+        adv = group_advantages(totals, scale=mode != "none", divisor=divisor)
         groups = 1 + len((current or {}).get("others") or []) if batch else 1
         return (views.bench_table(per_reward, totals, adv, in_run=in_run),
                 views.bench_summary(totals, mode, batch_std=divisor, batch_size=len(totals) + len(batch),

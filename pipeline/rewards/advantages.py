@@ -32,15 +32,19 @@ def group_stats(rewards: Sequence[float | None]) -> tuple[float, float]:
     return mean, math.sqrt(var)
 
 
-def group_advantages(rewards: Sequence[float | None], scale: bool = True) -> list[float]:
-    """Advantages for one group of G rewards.
+def group_advantages(rewards: Sequence[float | None], scale: bool = True, divisor: float | None = None) -> list[float]:
+    """Advantages for one group of G rewards. `divisor` is the std to scale by in place of the group's own (the
+    batch's, under scale_rewards="batch").
 
     >>> [round(a, 2) for a in group_advantages([1, 1, 1, 1, 0, 0, 0, 0])]
     [0.94, 0.94, 0.94, 0.94, -0.94, -0.94, -0.94, -0.94]
     >>> group_advantages([3, 3, 3])
     [0.0, 0.0, 0.0]
+    >>> [round(a, 4) for a in group_advantages([1, 0], divisor=2.0)]
+    [0.25, -0.25]
     """
     mean, std = group_stats(rewards)
+    std = std if divisor is None else divisor
     out = []
     for r in rewards:
         if r is None or math.isnan(float(r)) or math.isnan(mean):
@@ -69,13 +73,9 @@ def batch_advantages(rewards: Sequence[float | None], group_size: int, scale: st
     if group_size < 1 or len(rewards) % group_size:
         raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
     out: list[float] = []
-    batch_std = group_stats(rewards)[1]
+    batch_std = group_stats(rewards)[1] if scale == "batch" else None
     for start in range(0, len(rewards), group_size):
-        group = rewards[start:start + group_size]
-        centred = group_advantages(group, scale=scale == "group")
-        if scale == "batch":
-            centred = [a / ((0.0 if math.isnan(batch_std) else batch_std) + STD_EPS) for a in centred]
-        out.extend(centred)
+        out.extend(group_advantages(rewards[start:start + group_size], scale=scale != "none", divisor=batch_std))
     return out
 
 

@@ -7,7 +7,6 @@ browser and the app almost nothing (bench/watch_cost.py).
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from pathlib import Path
 
@@ -129,21 +128,12 @@ def _models_stamp() -> str:
     checkpoints. It moves when a run finishes or saves a checkpoint, not at every step."""
     lines = []
     root = runs.runs_dir()
-    if root.is_dir():
-        for run_dir in os.scandir(root):
-            try:
-                entries = [e.name for e in os.scandir(run_dir.path)] if run_dir.is_dir() else []
-            except OSError:  # deleted while listed
-                continue
-            # Read as runs.checkpoints and run_files.merged_model do, in one listing of the folder.
-            found = sorted(name for name in entries if name.startswith(run_files.CHECKPOINT_PREFIX)
-                           and os.path.exists(os.path.join(run_dir.path, name, run_files.CHECKPOINT_MARKER)))
-            if run_files.MERGED in entries and os.path.exists(os.path.join(run_dir.path, run_files.MERGED,
-                                                                            run_files.CONFIG)):
-                found.append(run_files.MERGED)
-            if found:
-                lines.append(f"{run_dir.name}:{','.join(found)}")
-    return _digest("|".join(sorted(lines)))
+    for run_dir in sorted(root.iterdir()) if root.is_dir() else []:
+        steps = [runs.checkpoint_step(c) for c in runs.checkpoints(run_dir)]
+        merged = run_files.merged_model(run_dir) is not None
+        if merged or steps:
+            lines.append(f"{run_dir.name}:{int(merged)}:{steps}")
+    return _digest("|".join(lines))
 
 
 def stamps(shown: str | None, action: str | None, now: float | None = None) -> dict[str, str]:

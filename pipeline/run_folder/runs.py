@@ -275,10 +275,15 @@ def snapshot(run_dir: str | Path) -> Snapshot:
 def checkpoints(run_dir: str | Path, complete_only: bool = True) -> list[Path]:
     """checkpoint-N folders sorted by step; by default only those whose save finished."""
     out = []
-    for p in Path(run_dir).glob(run_files.CHECKPOINT_PREFIX + "*"):
-        m = re.fullmatch(re.escape(run_files.CHECKPOINT_PREFIX) + r"(\d+)", p.name)
-        if m and p.is_dir() and (not complete_only or (p / run_files.CHECKPOINT_MARKER).exists()):
-            out.append((int(m.group(1)), p))
+    try:
+        entries = list(os.scandir(run_dir))  # one listing: the live view's poll reads every run's checkpoints
+    except OSError:
+        return []
+    for entry in entries:
+        m = re.fullmatch(re.escape(run_files.CHECKPOINT_PREFIX) + r"(\d+)", entry.name)
+        if m and entry.is_dir() and (not complete_only
+                                     or os.path.exists(os.path.join(entry.path, run_files.CHECKPOINT_MARKER))):
+            out.append((int(m.group(1)), Path(entry.path)))
     return [p for _, p in sorted(out)]
 
 
