@@ -308,6 +308,15 @@ def held_out_examples(choice: str | None) -> gr.Dataset:
 # ---- layout ------------------------------------------------------------------------------------
 
 
+# What an empty conversation says: where models come from, and what to try first.
+CHAT_PLACEHOLDER = (
+    "**Send a message, or pick an example below.** The replies stream from Model A.\n\n"
+    "A run joins the model list when it saves a checkpoint or finishes: its merged model, or the base model with "
+    "a checkpoint's adapter. Tick *Side by side* to ask it and the model it started from the same thing.")
+CHAT_PLACEHOLDER_B = "Model B answers every message you send, beside Model A."
+CHAT_BUTTONS = ["copy", "copy_all"]
+
+
 def build(ctx: TabContext) -> Tab:
     """Add the Chat tab (the tabs' contract, ui/tab.py). A page load re-reads the model lists."""
     respond, score_replies = make_handlers(ctx.cache)
@@ -327,8 +336,12 @@ def build(ctx: TabContext) -> Tab:
             offered_a = gr.State(choice_a.value)  # the default Model A was given, to tell it from a user's pick
             offered_b = gr.State(choice_b.value)  # likewise for Model B, which follows model A's base model
         with gr.Row():
-            chat_a = gr.Chatbot(label="A", height=420, elem_id="chat-a")
-            chat_b = gr.Chatbot(label="B", height=420, visible=False, elem_id="chat-b")
+            # No "share" button: it posts the conversation to Hugging Face Spaces discussions, which an offline or
+            # shared app should not offer.
+            chat_a = gr.Chatbot(label="A", height=420, elem_id="chat-a", placeholder=CHAT_PLACEHOLDER,
+                                buttons=CHAT_BUTTONS)
+            chat_b = gr.Chatbot(label="B", height=420, visible=False, elem_id="chat-b",
+                                placeholder=CHAT_PLACEHOLDER_B, buttons=CHAT_BUTTONS)
         with gr.Row():
             box = gr.Textbox(placeholder="Ask something, or pick an example below", show_label=False, scale=6,
                              elem_id="chat-input")

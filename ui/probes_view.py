@@ -13,7 +13,7 @@ import pandas as pd
 from ui.charts import _finite, reward_frame
 
 
-def _score(value) -> str:
+def fmt_score(value) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
@@ -86,7 +86,7 @@ def _picked(evals: list[dict], pick) -> int:
     return len(evals) - 1
 
 
-def _task_key(task: dict | None) -> str | None:
+def task_key(task: dict | None) -> str | None:
     if not task:
         return None
     return "summary_score" if task.get("kind") == "summary" else "accuracy"
@@ -140,7 +140,7 @@ def probes_html(evals: list[dict], pick=None, cfg: dict | None = None, state: st
     cfg = cfg or {}
     i = _picked(evals, pick)
     cur, prev, base = evals[i], (evals[i - 1] if i > 0 else None), evals[0]
-    key = _task_key(cur.get("task"))
+    key = task_key(cur.get("task"))
     step = cur["step"]
     label = f"step {step}{_end_label(step, i == len(evals) - 1, cfg.get('max_steps'), state)}"
 
@@ -148,7 +148,7 @@ def probes_html(evals: list[dict], pick=None, cfg: dict | None = None, state: st
     if _finite(cur.get("reward")):
         vs = (f" ({_signed(cur['reward'] - base['reward'])} vs step {base['step']})"
               if i > 0 and _finite(base.get("reward")) else "")
-        head.append(f"held-out reward <b>{_score(cur['reward'])}</b>{vs}")
+        head.append(f"held-out reward <b>{fmt_score(cur['reward'])}</b>{vs}")
     if key:
         value, first = cur["task"].get(key), (base.get("task") or {}).get(key)
         shown = i > 0 and _finite(value) and _finite(first)
@@ -157,7 +157,7 @@ def probes_html(evals: list[dict], pick=None, cfg: dict | None = None, state: st
             head.append(f"accuracy <b>{value:.0%}</b>{vs}")
         else:
             vs = f" ({_signed(value - first)} vs step {base['step']})" if shown else ""
-            head.append(f"{key} <b>{_score(value)}</b>{vs}")
+            head.append(f"{key} <b>{fmt_score(value)}</b>{vs}")
     fmt, fmt0 = (cur.get("task") or {}).get("format_compliance"), (base.get("task") or {}).get("format_compliance")
     if _finite(fmt):  # answers with a number inside <answer></answer> (tasks with reference answers)
         vs = _points_vs(fmt, fmt0, base["step"]) if i > 0 and _finite(fmt0) else ""
@@ -181,14 +181,14 @@ def probes_html(evals: list[dict], pick=None, cfg: dict | None = None, state: st
     for j, sample in enumerate(cur.get("samples") or []):
         prompt = sample.get("prompt", "")
         short = prompt if len(prompt) <= 150 else prompt[:150].rsplit(" ", 1)[0] + " …"
-        scores = [f"total <b>{_score(sample.get('total'))}</b>"]
+        scores = [f"total <b>{fmt_score(sample.get('total'))}</b>"]
         old = (prev.get("samples") or [])[j] if prev and j < len(prev.get("samples") or []) else None
         if old is not None and _finite(sample.get("total")) and _finite(old.get("total")):
             scores[0] += f" ({_signed(sample['total'] - old['total'])} since step {prev['step']})"
-        scores += [f"{html.escape(n)} {_score(v)}" for n, v in (sample.get("rewards") or {}).items()]
+        scores += [f"{html.escape(n)} {fmt_score(v)}" for n, v in (sample.get("rewards") or {}).items()]
         per = (cur.get("task") or {}).get("per_prompt") or []
         if key and j < len(per):
-            scores.append(f"{key} {_score(per[j])}")
+            scores.append(f"{key} {fmt_score(per[j])}")
         text = sample.get("completion", "")
         if old is None:
             body = html.escape(text)
@@ -214,10 +214,10 @@ def _probe_history(evals: list[dict], j: int, chosen: int, key: str | None) -> s
         if j >= len(samples):
             continue
         s = samples[j]
-        total = _score(s.get("total"))
+        total = fmt_score(s.get("total"))
         cells.append(f"<b>{e['step']}: {total}</b>" if k == chosen else f"{e['step']}: {total}")
         per = (e.get("task") or {}).get("per_prompt") or []
-        task = f"<td>{_score(per[j])}</td>" if key and j < len(per) else ("<td></td>" if key else "")
+        task = f"<td>{fmt_score(per[j])}</td>" if key and j < len(per) else ("<td></td>" if key else "")
         rows.append(f"<tr><td>{e['step']}</td><td>{total}</td>{task}"
                     f"<td class='gs-text'>{html.escape(s.get('completion', ''))}</td></tr>")
     task_head = f"<th>{key}</th>" if key else ""
@@ -256,12 +256,12 @@ def outcome_html(evals: list[dict], state: str | None) -> str:
         return ""
     base, tuned = evals[0], evals[-1]
     rows = [("total reward", base.get("reward"), tuned.get("reward"))]
-    key = _task_key(base.get("task"))
+    key = task_key(base.get("task"))
     if key:
         rows.append((key, (base.get("task") or {}).get(key), (tuned.get("task") or {}).get(key)))
     names = list(base.get("rewards") or {})
     rows += [(name, (base.get("rewards") or {}).get(name), (tuned.get("rewards") or {}).get(name)) for name in names]
-    body = "".join(f"<tr><th>{html.escape(name)}</th><td>{_score(before)}</td><td>{_score(after)}</td>"
+    body = "".join(f"<tr><th>{html.escape(name)}</th><td>{fmt_score(before)}</td><td>{fmt_score(after)}</td>"
                    f"{_change_cell(before, after)}</tr>" for name, before, after in rows)
     prompts = len(tuned.get("samples") or [])
     return (f"<div class='gs-outcome'><div><b>Before and after</b>, on {prompts} held-out prompts the run never "
@@ -282,5 +282,5 @@ def held_out_text(evals: list[dict]) -> str:
     """
     if not evals or evals[0].get("step") != 0:
         return ""
-    after = _score(evals[-1].get("reward")) if len(evals) > 1 else "…"
-    return f"{_score(evals[0].get('reward'))} → {after}"
+    after = fmt_score(evals[-1].get("reward")) if len(evals) > 1 else "…"
+    return f"{fmt_score(evals[0].get('reward'))} → {after}"

@@ -14,7 +14,7 @@ from pipeline.setup.reward_check import needs_isolation, score_isolated
 from pipeline.rewards import build_rewards, score
 from ui import views
 from ui.form import REWARD_COLUMNS, reward_rows, rewards_from_rows
-from ui.probes_view import _score
+from ui.probes_view import fmt_score
 from ui.tab import Tab, TabContext
 
 SEPARATOR = "---"
@@ -260,7 +260,7 @@ def load_group(run_name: str | None, step, number, allow_custom: bool = False):
             others.append({"prompt": user, "columns": _row_columns(dataset_row(rows, user)),
                            "completions": [c.get("completion") or "" for c in other.get("completions") or []]})
     items = group.get("completions") or []
-    totals = ", ".join(_score(c.get("total")) for c in items)
+    totals = ", ".join(fmt_score(c.get("total")) for c in items)
     advantages = ", ".join(f"{c.get('advantage'):+.2f}" if isinstance(c.get("advantage"), (int, float)) else "-"
                            for c in items)
     scaled = {"batch": "the batch's std", "group": "the group's std"}.get(record.get("scale_rewards"), "no std")

@@ -70,9 +70,10 @@ def runs_table():
         row["steered"] = steer_view.changes_text(steering.applied_changes(path))  # step: setting old→new
         row["disk"] = disk.size_text(disk.tree_bytes(path))
         row["step"] = f"{row.get('step') or 0} / {row.get('max_steps') or '?'}"
-        row["train reward"] = probes_view._score(row.get("final_reward")) if row.get("final_reward") is not None else ""
+        final = row.get("final_reward")
+        row["train reward"] = probes_view.fmt_score(final) if final is not None else ""
         row["held-out"] = probes_view.held_out_text(runs.read_jsonl(path / run_files.EVALS))
-        row["time"] = views._fmt_seconds(row.get("duration_s")) if row.get("duration_s") is not None else ""
+        row["time"] = views.fmt_seconds(row.get("duration_s")) if row.get("duration_s") is not None else ""
     columns = [c for c in RUN_COLUMNS if c not in OPTIONAL_COLUMNS or any(r.get(c) for r in rows)]
     return pd.DataFrame([[r.get(c) for c in columns] for r in rows], columns=columns)
 

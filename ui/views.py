@@ -11,11 +11,11 @@ import pandas as pd
 from pipeline.rewards.advantages import STD_EPS, group_stats
 from pipeline.training.health import health_warnings
 from ui.charts import _finite, monitor_label
-from ui.probes_view import _score, _task_key
+from ui.probes_view import fmt_score, task_key
 from ui import token_views
 
 
-def _fmt_seconds(s) -> str:
+def fmt_seconds(s) -> str:
     if not _finite(s):
         return "-"
     s = int(round(s))
@@ -66,7 +66,7 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
     last = rows[-1] if rows else {}
     elapsed = last.get("elapsed")
     # Time left while it runs; once it has ended, the elapsed time says it all.
-    eta = f" &nbsp; ETA {_fmt_seconds(last.get('eta_seconds'))}" if state in ("queued", "running") else ""
+    eta = f" &nbsp; ETA {fmt_seconds(last.get('eta_seconds'))}" if state in ("queued", "running") else ""
     color = STATE_COLORS.get(state, "#6b7280")
     detail = ""
     if state in ("queued", "running") and not rows:
@@ -88,7 +88,7 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
         f"<div class='gs-progress' data-state='{state}' data-step='{step}'>"
         f"<div class='gs-progress-head'><span class='gs-badge' style='background:{color}'>{state}</span> "
         f"<b>{html.escape(run_name)}</b>{where} &nbsp; step <b class='gs-step'>{step}</b> / {total} &nbsp; "
-        f"elapsed {_fmt_seconds(elapsed)}{eta} {detail}</div>"
+        f"elapsed {fmt_seconds(elapsed)}{eta} {detail}</div>"
         f"<div class='gs-bar'><div style='width:{pct:.1f}%;background:{color}'></div></div>{error}</div>"
     )
 
@@ -161,8 +161,8 @@ def groups_html(record: dict | None, tokens: dict | None = None, mode: str = tok
         for c in sorted(items, key=lambda c: -(c.get("advantage") or 0)):
             adv = c.get("advantage") or 0.0
             cls = "pos" if adv > 0 else "neg" if adv < 0 else "zero"
-            cells = "".join(f"<td>{_score(c['rewards'][n])}</td>" for n in names)
-            total = _score(c.get("total"))
+            cells = "".join(f"<td>{fmt_score(c['rewards'][n])}</td>" for n in names)
+            total = fmt_score(c.get("total"))
             out.append(f"<tr class='gs-{cls}'><td class='gs-adv'>{adv:+.2f}</td><td>{_adv_bar(adv, scale)}</td>"
                        f"<td>{total}</td>{cells}<td class='gs-text'>{_completion_cell(c, mode)}</td></tr>")
         out.append("</table></details>")
@@ -284,7 +284,7 @@ def task_result_lines(result: dict) -> list[str]:
     Task metric (not a reward): accuracy **20.0% -> 50.0%** · format compliance 50% -> 50% · answers with details the films given lack 25% -> 12% · the right film was among the retrieved plots for 98% of the questions (accuracy can't pass this)
     """
     base, tuned = result["base"].get("task") or {}, result["tuned"].get("task") or {}
-    key = _task_key(base)
+    key = task_key(base)
     if not key or not _finite(base.get(key)) or not _finite(tuned.get(key)):
         return []
     value = (lambda v: f"{v:.1%}") if key == "accuracy" else (lambda v: f"{v:.3f}")
@@ -315,7 +315,7 @@ def eval_markdown(name: str, status: dict | None, result: dict | Exception | Non
         done, total = status.get("done") or 0, status.get("total")
         eta = status.get("eta_s")
         count = f" · {done}/{total} answers" if total else ""
-        eta_text = f" · about {_fmt_seconds(eta)} left" if eta is not None else ""
+        eta_text = f" · about {fmt_seconds(eta)} left" if eta is not None else ""
         return f"⏳ Evaluating {label}: {status.get('phase') or 'starting'}{count}{eta_text}"
     if state == "failed":
         return f"❌ Evaluation of {label} failed: {status.get('error') or 'see eval.log in the run folder'}"
@@ -389,8 +389,8 @@ def scan_chart_svg(report, width: int = 520, row: int = 20) -> str:
     for i, p in enumerate(report.prompts):
         y = top + row * i + row / 2
         colour = "#16a34a" if p.signal else "#9ca3af"
-        tip = html.escape(f"Prompt {i + 1}: {_scan_reason(p)}; min {_score(p.low)}, max {_score(p.high)}, "
-                          f"std {_score(p.std)} — {p.prompt[:120]}")
+        tip = html.escape(f"Prompt {i + 1}: {_scan_reason(p)}; min {fmt_score(p.low)}, max {fmt_score(p.high)}, "
+                          f"std {fmt_score(p.std)} — {p.prompt[:120]}")
         parts.append(f"<g class='gs-scan-row' data-signal='{str(p.signal).lower()}'><title>{tip}</title>"
                      f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end' font-size='11' fill='#374151'>"
                      f"P{i + 1}</text>"
@@ -444,8 +444,8 @@ def scan_html(report) -> str:
     out.append("<table class='gs-table gs-scan-table'><tr><th>#</th><th>std</th><th>min</th><th>max</th>"
                "<th>signal</th><th>prompt</th></tr>")
     for i, p in enumerate(report.prompts, 1):
-        out.append(f"<tr class='{'gs-pos' if p.signal else 'gs-neg'}'><td>P{i}</td><td>{_score(p.std)}</td>"
-                   f"<td>{_score(p.low)}</td><td>{_score(p.high)}</td><td>{html.escape(_scan_reason(p))}</td>"
+        out.append(f"<tr class='{'gs-pos' if p.signal else 'gs-neg'}'><td>P{i}</td><td>{fmt_score(p.std)}</td>"
+                   f"<td>{fmt_score(p.low)}</td><td>{fmt_score(p.high)}</td><td>{html.escape(_scan_reason(p))}</td>"
                    f"<td class='gs-text'>{html.escape(p.prompt[:100])}{'…' if len(p.prompt) > 100 else ''}</td></tr>")
     out.append("</table>")
     if flat:

@@ -70,3 +70,17 @@ def test_the_runs_panel_says_what_to_do_while_there_is_no_run(own_data):
     (runs.runs_dir() / "20261127-000000-first").mkdir(parents=True)
     (runs.runs_dir() / "20261127-000000-first" / "config.json").write_text("{}")
     assert runs_hint().visible is False
+
+
+def test_no_component_offers_to_post_its_contents_to_another_site(own_data):
+    """Gradio's Chatbot shows a "share" button by default, which posts the conversation to Hugging Face Spaces
+    discussions: a conversation with a model under training, or on a shared app someone else's, should not leave
+    the app from a button the app never meant to offer."""
+    import app
+
+    demo = app.build_app()
+    offering = [(c.get("type"), c.get("props", {}).get("elem_id")) for c in demo.get_config_file()["components"]
+                if "share" in (c.get("props", {}).get("buttons") or [])]
+    assert offering == []
+    chats = [c for c in demo.get_config_file()["components"] if c.get("type") == "chatbot"]
+    assert len(chats) == 2 and all("copy" in c["props"]["buttons"] for c in chats)
