@@ -11,6 +11,25 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two workers share the two cores: one thread each for torch here and in the trainers and apps they start
+    # (they read OMP_NUM_THREADS), so neither worker's processes fight the other's for a core.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Test files are shared out between the workers whole, and the browser tests all go to one worker together, in
+    file order: they share one app process and its data folder, and some read what an earlier one left (the newest
+    run, a finished run's models). (pytest-xdist's own grouping by mark does not take under pytest 9.)"""
+    from xdist.scheduler import LoadFileScheduling
+
+    class BrowserTestsTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/browser" if nodeid.startswith("tests/browser/") else super()._split_scope(nodeid)
+
+    return BrowserTestsTogether(config, log)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def studio_data(tmp_path_factory):
