@@ -294,6 +294,11 @@ def job_worker(run_dir: str | Path, kind: str | jobs.Job, *, announce: bool = Tr
             job.stop_requested.set()
             return
         job.stop_requested.set()  # the exception may surface wrapped (inside a lazy import, a model load)
+        if importing(frame):
+            # Not raised inside an import: torch runs parts of its own from C++, where a Python exception aborts the
+            # process ("terminate called", no state written). The signal comes again once the import is done.
+            signal_after_import(signum)
+            return
         raise KeyboardInterrupt if graceful else JobStopped
 
     previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
@@ -313,6 +318,27 @@ def job_worker(run_dir: str | Path, kind: str | jobs.Job, *, announce: bool = Tr
         for signum, handler in previous.items():
             with contextlib.suppress(TypeError, ValueError):
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def importing(frame) -> bool:
+    """Whether `frame` runs inside a module import (any frame under it is the import machinery's)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def signal_after_import(signum: int, every_s: float = 0.05) -> None:
+    """Send `signum` to this process again as soon as its main thread is no longer inside an import."""
+    main = threading.main_thread().ident
+
+    def wait_then_signal() -> None:
+        while importing(sys._current_frames().get(main)):
+            time.sleep(every_s)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=wait_then_signal, name="stop-after-import", daemon=True).start()
 
 
 def _end(job: JobWorker, state: str, error: str | None, write: bool, ending: Callable[[], dict]) -> None:

@@ -208,3 +208,43 @@ def test_a_run_being_pushed_is_not_deleted_and_the_runs_panel_shows_the_push(tmp
     assert runs_panel.stop_push(run_dir.name) == "No push is running."  # the Runs panel's Stop push, nothing to stop
     runs.delete_run(run_dir)
     assert not run_dir.exists()
+
+
+SLOW_MODULE = '''import os, time
+print("importing", flush=True)
+time.sleep(2)
+open(os.environ["IMPORT_DONE"], "w").write("done")
+'''
+
+WORKER_IN_AN_IMPORT = '''import sys
+import time
+
+from fake_job_kind import FAKE
+from pipeline.run_folder.jobstate import job_worker
+
+with job_worker(sys.argv[1], FAKE) as job:
+    import slow_module  # noqa: F401 - the Stop lands in here
+    time.sleep(30)
+    job.finish("done")
+sys.exit(job.exit_code)
+'''
+
+
+def test_a_stop_during_an_import_waits_for_the_import_then_stops(fake_kind, tmp_path):
+    """A Stop raised inside an import can cross torch's C++ (an evaluation stopped while it imported torch aborted
+    with "terminate called", and read as crashed): the worker lets the import finish, then stops."""
+    import os
+    import signal
+
+    spec, run_dir = fake_kind
+    (tmp_path / "code" / "slow_module.py").write_text(SLOW_MODULE)
+    (tmp_path / "code" / "worker_in_an_import.py").write_text(WORKER_IN_AN_IMPORT)
+    done = tmp_path / "import-done"
+    proc = subprocess.Popen([sys.executable, "-m", "worker_in_an_import", str(run_dir)], cwd=runner.ROOT,
+                            env={**os.environ, "IMPORT_DONE": str(done)}, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "importing"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 130
+    assert done.exists()  # the import ran to its end
+    status = runs.read_json(run_dir / spec.status_file)
+    assert status["state"] == "stopped" and status["error"] is None, status
