@@ -297,7 +297,7 @@ def job_worker(run_dir: str | Path, kind: str | jobs.Job, *, announce: bool = Tr
         if importing(frame):
             # Not raised inside an import: torch runs parts of its own from C++, where a Python exception aborts the
             # process ("terminate called", no state written). The signal comes again once the import is done.
-            signal_after_import(signum)
+            signal_after_import(signum, pending=lambda: job.state is None)
             return
         raise KeyboardInterrupt if graceful else JobStopped
 
@@ -329,14 +329,16 @@ def importing(frame) -> bool:
     return False
 
 
-def signal_after_import(signum: int, every_s: float = 0.05) -> None:
-    """Send `signum` to this process again as soon as its main thread is no longer inside an import."""
+def signal_after_import(signum: int, pending: Callable[[], bool], every_s: float = 0.05) -> None:
+    """Send `signum` to this process again as soon as its main thread is no longer inside an import, unless the job
+    has ended by then (`pending()` False: its handler is gone, and the signal would only kill a finished process)."""
     main = threading.main_thread().ident
 
     def wait_then_signal() -> None:
         while importing(sys._current_frames().get(main)):
             time.sleep(every_s)
-        os.kill(os.getpid(), signum)
+        if pending():
+            os.kill(os.getpid(), signum)
 
     threading.Thread(target=wait_then_signal, name="stop-after-import", daemon=True).start()
 
