@@ -153,6 +153,7 @@ def configure_sources(args: argparse.Namespace, shared: bool) -> None:
 def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
     """Build and launch the app with the settings the flags ask for. Returns (demo, local_url)."""
     from pipeline.models.loading import start_bundled_conversion
+    from pipeline.runner import prepare_spare
     from pipeline.run_folder.owners import parse_operators
     from pipeline.run_folder.runs import data_dir
 
@@ -170,9 +171,13 @@ def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
     _, url, _ = demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth or None,
                             max_file_size=f"{args.max_upload_mb}mb", css=page_css(),
                             show_error=False, allowed_paths=[str(data / "exports")],
-                            blocked_paths=blocked, prevent_thread_lock=prevent_thread_lock,
-                            quiet=prevent_thread_lock)
-    start_bundled_conversion()  # once per data folder, in a process of its own: the first Start finds it ready
+                            blocked_paths=blocked, prevent_thread_lock=True, quiet=prevent_thread_lock)
+    # Both in processes of their own, while the page loads, so that the first Start finds them ready: the bundled
+    # model's conversion (once per data folder) and a spare worker with the training libraries imported.
+    start_bundled_conversion()
+    prepare_spare()
+    if not prevent_thread_lock:
+        demo.block_thread()
     return demo, url
 
 

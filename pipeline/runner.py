@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipeline import spare_worker
 from pipeline.run_folder import jobs, jobstate, owners, run_files, runs
 from pipeline.run_folder.processes import end_tree
 from pipeline.setup.config import RunConfig
@@ -242,11 +243,15 @@ def _launch(run_dir: Path, cmd: list[str], nproc: int = 1, kind: str = "train",
     # "queued" is written before the process exists, so it can never overwrite the worker's "running".
     jobstate.write_state(run_dir, spec.status_file, "launcher", "queued", fresh=spec.fresh_status,
                          queued_at=time.time(), pid=None, error=None, ended_at=None, command=cmd)
+    full_env = {**launch_env(nproc, _base_env(spec, run_dir)), **(env or {})}
     try:
         with open(run_dir / spec.log_file, "wb" if spec.fresh_log else "ab") as log:
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env={**launch_env(nproc, _base_env(spec, run_dir)),
-                                                                 **(env or {})})
+            # A spare worker (its libraries imported) takes a one-process job that runs as it would; else a
+            # fresh process.
+            proc = spare_worker.take(cmd, full_env, run_dir / spec.log_file) if nproc == 1 else None
+            if proc is None:
+                proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True, env=full_env)
     except OSError as exc:
         # Nothing was started: a "queued" left here would read as a launch in progress and refuse every
         # Start until QUEUED_GRACE_S has passed. The launcher says why where it owns "failed", else forgets it.
@@ -258,8 +263,22 @@ def _launch(run_dir: Path, cmd: list[str], nproc: int = 1, kind: str = "train",
         raise RunnerError(message) from exc
     runs.write_json_atomic(run_dir / spec.launcher_file, {"pid": proc.pid, **jobstate.process_start(proc.pid)})
     # Reap the child when it exits so it never lingers as a zombie; the status file says how it ended.
-    threading.Thread(target=proc.wait, daemon=True).start()
+    threading.Thread(target=_reap, args=(proc,), daemon=True).start()
     return proc
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Wait for a job's process, then get a spare worker ready for the next job while the machine is idle
+    (started during a job, its imports would take CPU time from it)."""
+    proc.wait()
+    prepare_spare()
+
+
+def prepare_spare() -> bool:
+    """Start a spare worker for the next job, unless a job runs now. Returns whether one was started."""
+    if not spare_worker.enabled() or any(jobstate.busy_with(run_dir) for run_dir in runs.iter_run_dirs()):
+        return False
+    return spare_worker.prepare(launch_env(1, dict(os.environ)))
 
 
 def _base_env(spec: jobs.Job, run_dir: Path) -> dict:

@@ -11,6 +11,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+# No spare workers in this process (pytest names each test's phase in the environment, so a spare prepared in
+# one phase never matches a run of the next one: its imports would be wasted). The tests of spares turn them on,
+# and so do the browser tests' app.
+os.environ.setdefault("GRPO_STUDIO_SPARE_WORKER", "0")
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Two workers share the two cores: one thread each for torch here and in the trainers and apps they start
     # (they read OMP_NUM_THREADS), so neither worker's processes fight the other's for a core.
