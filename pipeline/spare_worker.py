@@ -82,8 +82,10 @@ class Spare:
         return False
 
     def discard(self) -> None:
-        """Close its stdin (it exits on the end of input) and reap it in the background."""
+        """End it (it holds no job: a spare that took one is never discarded) and reap it in the background. A
+        kill, not the end of its input: a spare still importing would only see that once its imports are done."""
         try:
+            self.proc.kill()
             self.proc.stdin.close()
         except OSError:
             pass
@@ -167,9 +169,12 @@ def preload(entries: list[str]) -> None:
 
     for entry in entries:
         module, _, names = entry.partition(":")
-        loaded = importlib.import_module(module)
-        for name in filter(None, names.split(",")):
-            getattr(loaded, name)
+        try:
+            loaded = importlib.import_module(module)
+            for name in filter(None, names.split(",")):
+                getattr(loaded, name)
+        except Exception:  # noqa: BLE001 - not installed, or broken: the job that needs it says so itself
+            continue
 
 
 def _take_output(log: str) -> None:

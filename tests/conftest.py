@@ -11,9 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# No spare workers in this process (pytest names each test's phase in the environment, so a spare prepared in
-# one phase never matches a run of the next one: its imports would be wasted). The tests of spares turn them on,
-# and so do the browser tests' app.
+# No spare workers (pipeline/spare_worker.py) in the tests: pytest names each test's phase in the environment, so a
+# spare prepared in one phase never matches a run of the next, and its imports would take a core from the other
+# worker. The tests of spares turn them on.
 os.environ.setdefault("GRPO_STUDIO_SPARE_WORKER", "0")
 
 if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -16,7 +16,7 @@ CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 
 
 def start_app(port: int, *extra: str) -> subprocess.Popen:
-    return start_app_process(port, *extra, log_path=ARTIFACTS / f"app-{port}.log", spares=True)
+    return start_app_process(port, *extra, log_path=ARTIFACTS / f"app-{port}.log")
 
 
 @pytest.fixture(scope="session")

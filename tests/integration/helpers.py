@@ -122,19 +122,15 @@ def serve_app(*flags: str):
 
 
 def start_app_process(port: int, *flags: str, log_path: Path | None = None,
-                      own_group: bool = False, spares: bool = False) -> subprocess.Popen:
+                      own_group: bool = False) -> subprocess.Popen:
     """`python app.py` as a separate process (as `make run` starts it); waits until it answers.
 
     own_group: the app leads a process group of its own, as a shell job does, so a test can signal the
-    whole group (what Ctrl-C or a closed terminal reaches) without signalling pytest.
-    spares: the app keeps a spare worker for its jobs, as it does outside the tests (tests/conftest.py)."""
+    whole group (what Ctrl-C or a closed terminal reaches) without signalling pytest."""
     import urllib.request
 
-    env = os.environ.copy()
-    if spares:
-        env.pop("GRPO_STUDIO_SPARE_WORKER", None)
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), *flags], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), *flags], cwd=ROOT, env=os.environ.copy(),
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=own_group)
     deadline = time.time() + 120
     while time.time() < deadline:

@@ -86,7 +86,7 @@ def test_a_job_the_spare_would_run_differently_starts_fresh(job_env, tmp_path, c
     else:
         cmd = [sys.executable, "-c", "pass"]
     assert spare_worker.take(cmd, env, tmp_path / "job.log") is None
-    assert spare.proc.wait(30) == 0  # discarded: it ends without running anything
+    assert spare.proc.wait(30) is not None  # discarded: it ends without running anything
     assert not (tmp_path / "out.json").exists() and not (tmp_path / "job.log").exists()
 
 
@@ -144,3 +144,11 @@ def test_the_runner_prepares_a_spare_only_while_no_job_runs(job_env, tmp_path, m
     assert not runner.prepare_spare() and asked == []
     runs.write_status(run_dir, "finished")
     assert runner.prepare_spare() and len(asked) == 1
+
+
+def test_a_library_that_fails_to_import_leaves_the_spare_usable(job_env, tmp_path):
+    """The job that needs it fails with the import's own error, as it would in a fresh process."""
+    assert spare_worker.prepare(job_env, preload=("no_such_library_here", "json"))
+    assert spare_worker.waiting().wait_ready(30)
+    proc = spare_worker.take(cmd_for(tmp_path / "out.json"), dict(job_env), tmp_path / "job.log")
+    assert proc is not None and proc.wait(30) == 3
