@@ -27,7 +27,8 @@ from pipeline.setup.config import ConfigError, RunConfig
 from pipeline.setup.data import DatasetError, check_prompt_budget, load_dataset_split
 from pipeline.rewards import GuardedReward, RewardFunctionError, build_rewards, wait_for_reward_threads
 from pipeline.run_folder import run_files, runs
-from pipeline.training.grpo_trainer import StepClock, agree_to_stop, grpo_args, make_callback, make_trainer_class
+from pipeline.training.grpo_trainer import (PHASE_FIRST_GROUP, PHASE_LOAD, PHASE_MERGE, PHASE_RESUME, PHASE_SAVE,
+                                            StepClock, agree_to_stop, grpo_args, make_callback, make_trainer_class)
 from pipeline.run_folder.jobs import TRAIN
 from pipeline.run_folder.jobstate import failure_since, job_worker
 from pipeline.run_folder.paths import keep_private
@@ -138,7 +139,7 @@ def record_start(run_dir: Path, cfg: RunConfig, resume: bool, overrides: dict) -
     to later resumes)."""
     start = runs.last_complete_checkpoint(run_dir) if resume else None
     runs.record_launch(run_dir, resume, runs.checkpoint_step(start) if start else 0, overrides, sys.argv)
-    runs.write_status(run_dir, "running", step=0, max_steps=cfg.max_steps)
+    runs.write_status(run_dir, "running", step=0, max_steps=cfg.max_steps, phase=PHASE_LOAD)
 
 
 def set_up_runtime(cfg: RunConfig, run_dir: Path, main: bool) -> tuple[str, str]:
@@ -265,6 +266,7 @@ def save_and_merge(trainer, tokenizer, cfg: RunConfig, run_dir: Path, model_path
                    state: str) -> None:
     """Rank 0: the adapter, the merged model for chat (when asked), and the final status."""
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    runs.write_status(run_dir, "running", phase=PHASE_MERGE if cfg.merge_at_end else PHASE_SAVE)
     unwrapped.save_pretrained(run_dir / run_files.ADAPTER)
     tokenizer.save_pretrained(run_dir / run_files.ADAPTER)
     if cfg.merge_at_end:
@@ -276,7 +278,7 @@ def save_and_merge(trainer, tokenizer, cfg: RunConfig, run_dir: Path, model_path
             merge_adapter(unwrapped, tokenizer, run_dir / run_files.MERGED)
     metrics = runs.read_metrics(run_dir)
     runs.write_status(run_dir, state, step=trainer.state.global_step, ended_at=time.time(),
-                      final_reward=runs.final_reward(metrics))
+                      final_reward=runs.final_reward(metrics), phase=None)
     log.info("Run %s: %s at step %d", run_dir.name, state, trainer.state.global_step)
 
 
@@ -315,7 +317,8 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
     trainer = build_trainer(cfg, run_dir, model_path, tokenizer, device, precision, train_rows, eval_rows,
                             guards, weights, stop_event, allow_custom_rewards, longest_prompt)
     if main:  # the run header says how completions are sampled, and why not statically where it can't
-        runs.write_status(run_dir, "running", **trainer.studio_generation)
+        runs.write_status(run_dir, "running", **trainer.studio_generation,
+                          phase=PHASE_RESUME if resume else PHASE_FIRST_GROUP)
 
     # 6. Train, from the last complete checkpoint on a resume; a Stop before the first step skips it.
     checkpoint = resume_point(run_dir, resume)

@@ -68,10 +68,7 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
     # Time left while it runs; once it has ended, the elapsed time says it all.
     eta = f" &nbsp; ETA {fmt_seconds(last.get('eta_seconds'))}" if state in ("queued", "running") else ""
     color = STATE_COLORS.get(state, "#6b7280")
-    detail = ""
-    if state in ("queued", "running") and not rows:
-        detail = ("sampling the first group (it compiles the decoding step first: up to a minute)..."
-                  if status.get("generation") == "static" else "loading the model and the first group...")
+    detail = phase_text(status, has_steps=bool(rows))
     error = (f"<div class='gs-error'><b>Error:</b> {html.escape(str(status.get('error')))}</div>"
              if state in ("failed", "damaged") and status.get("error") else "")
     if problems:
@@ -88,9 +85,31 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
         f"<div class='gs-progress' data-state='{state}' data-step='{step}'>"
         f"<div class='gs-progress-head'><span class='gs-badge' style='background:{color}'>{state}</span> "
         f"<b>{html.escape(run_name)}</b>{where} &nbsp; step <b class='gs-step'>{step}</b> / {total} &nbsp; "
-        f"elapsed {fmt_seconds(elapsed)}{eta} {detail}</div>"
+        f"{f'elapsed {fmt_seconds(elapsed)}{eta} ' if rows else ''}{detail}</div>"
         f"<div class='gs-bar'><div style='width:{pct:.1f}%;background:{color}'></div></div>{error}</div>"
     )
+
+
+def phase_text(status: dict, has_steps: bool) -> str:
+    """What the trainer is doing outside a step (its `phase`: loading, a probe, the merge), for the run header.
+
+    >>> phase_text({"state": "running", "phase": "loading the model"}, has_steps=False)
+    "<span class='gs-phase'>· loading the model...</span>"
+    >>> phase_text({"state": "queued"}, has_steps=False)
+    "<span class='gs-phase'>· starting the trainer...</span>"
+    >>> phase_text({"state": "finished", "phase": "loading the model"}, has_steps=True)
+    ''
+    """
+    state = status.get("state")
+    if state not in ("queued", "running"):
+        return ""
+    phase = status.get("phase")
+    if not phase and not has_steps:  # before the trainer says (a run from an older version says nothing)
+        phase = ("starting the trainer" if state == "queued" else
+                 "sampling the first group" if status.get("generation") else "loading the model and the first group")
+    if phase == "sampling the first group" and status.get("generation") == "static":
+        phase += " (it compiles the decoding step first: up to a minute)"
+    return f"<span class='gs-phase'>· {html.escape(phase)}...</span>" if phase else ""
 
 
 def health_html(rows: list[dict], evals: list[dict] | None = None, config: dict | None = None) -> str:

@@ -18,6 +18,15 @@ from pipeline.rewards.advantages import group_stats, zero_std_share
 from pipeline.run_folder.jsonio import json_number as _clean  # finite float or None: what metrics lines may hold
 from pipeline.training.token_capture import with_token_capture
 
+# What the trainer is doing outside a step, in the run header's words: status.json's `phase`, cleared by each
+# step's status write (docs/run-files.md).
+PHASE_LOAD = "loading the model"
+PHASE_FIRST_GROUP = "sampling the first group"
+PHASE_RESUME = "loading the checkpoint, then sampling the next group"
+PHASE_PROBE = "answering the held-out prompts (probe at step {step})"
+PHASE_SAVE = "saving the adapter"
+PHASE_MERGE = "saving the adapter and merging it into the model"
+
 
 log = logging.getLogger("grpo_studio.train")
 
@@ -264,7 +273,7 @@ def make_callback(run_dir: Path, clock: StepClock, stop_event: threading.Event, 
             if not state.is_world_process_zero or not is_step_log(logs):
                 return
             runs.append_jsonl(run_dir / run_files.METRICS, metrics_row(logs, state, clock, guards, weights))
-            runs.write_status(run_dir, "running", step=state.global_step, max_steps=state.max_steps)
+            runs.write_status(run_dir, "running", step=state.global_step, max_steps=state.max_steps, phase=None)
 
         def on_save(self, args, state, control, **kwargs):
             if state.is_world_process_zero:

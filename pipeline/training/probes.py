@@ -23,6 +23,7 @@ from typing import Any
 from pipeline.run_folder import run_files, runs
 from pipeline.setup.config import RunConfig
 from pipeline.run_folder.jsonio import json_number
+from pipeline.training.grpo_trainer import PHASE_FIRST_GROUP, PHASE_PROBE
 from pipeline.training.task_metrics import task_metrics
 
 log = logging.getLogger("grpo_studio.probes")
@@ -189,11 +190,14 @@ def make_probe_callbacks(run_dir: Path, cfg: RunConfig, tokenizer, eval_rows: li
     prober = Prober(run_dir, cfg, tokenizer, rows, allow_custom_rewards)
 
     def safe_probe(model, step: int) -> None:
+        # The run header says a probe is running (at step 0, sampling the first group comes next).
+        runs.write_status(run_dir, "running", phase=PHASE_PROBE.format(step=step))
         # A probe is a view on training: if it fails, say so in the log and train on.
         try:
             prober.probe(model, step)
         except Exception:  # noqa: BLE001
             log.warning("Probe at step %d failed; training continues:\n%s", step, traceback.format_exc())
+        runs.write_status(run_dir, "running", phase=PHASE_FIRST_GROUP if step == 0 else None)
 
     class ProbeCallback(TrainerCallback):
         """Probes at step 0 (before any update), every probe_every steps, and at the last step."""
