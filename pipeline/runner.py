@@ -7,7 +7,8 @@ The launched process (the trainer, or torchrun and its ranks) runs in a new sess
 an app restart. Stop signals that launcher: torchrun passes the signal to every rank (each rank runs
 in its own session, so signalling rank 0's group would reach rank 0 alone), the ranks agree on the
 step to stop at, and torchrun waits SHUTDOWN_GRACE_S for the save and merge. Everything is read back
-from the run directory; no job is kept in module state. No torch or gradio import.
+from the run directory; no job is kept in module state. No torch or gradio import. A one-process job goes to
+the spare worker (pipeline/spare_worker.py) when one waits with its libraries imported and would run it the same.
 
 Evaluations and trainings on one machine: an evaluation is refused while a training runs (on a 2-core
 CPU the two would share the cores, slowing the training and skewing its step times and ETA; on a GPU

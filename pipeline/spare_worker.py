@@ -82,8 +82,7 @@ class Spare:
         return False
 
     def discard(self) -> None:
-        """End it (it holds no job: a spare that took one is never discarded) and reap it in the background. A
-        kill, not the end of its input: a spare still importing would only see that once its imports are done."""
+        """End it (it holds no job: a spare that took one is never discarded) and reap it in the background."""
         try:
             self.proc.kill()
             self.proc.stdin.close()
@@ -200,6 +199,18 @@ def _take_output(log: str) -> None:
 def main() -> int:
     import runpy
 
+    # The job comes on stdin. Its end (the app has gone, or discarded this spare) ends the process at once, even
+    # in the middle of the imports, which stay on the main thread (some libraries set signal handlers on import).
+    received: list[bytes] = []
+
+    def wait_for_job() -> None:
+        line = sys.stdin.buffer.readline()
+        if not line.strip():
+            os._exit(0)
+        received.append(line)
+
+    listener = threading.Thread(target=wait_for_job, daemon=True)
+    listener.start()
     began, before = time.time(), dict(os.environ)
     preload(sys.argv[1:])
     loaded = time.time()
@@ -207,10 +218,8 @@ def main() -> int:
     sys.stderr.flush()
     imports_set = {k: v for k, v in os.environ.items() if before.get(k) != v}
     os.write(1, READY + json.dumps(imports_set).encode() + b"\n")
-    line = sys.stdin.buffer.readline()
-    if not line.strip():
-        return 0  # discarded, or the app has gone
-    job = json.loads(line)
+    listener.join()
+    job = json.loads(received[0])
     _take_output(job["log"])
     print(f"Started in a spare worker, its libraries already imported ({loaded - began:.1f} s of imports, "
           f"done {time.time() - loaded:.0f} s before this job).", file=sys.stderr, flush=True)

@@ -97,19 +97,23 @@ def test_a_spare_that_has_died_is_not_used(job_env, tmp_path):
     assert spare_worker.take(cmd_for(tmp_path / "out.json"), dict(job_env), tmp_path / "job.log") is None
 
 
-def test_a_spare_ends_when_the_app_that_started_it_goes(job_env, tmp_path):
-    """Its stdin is the app's pipe: when the app exits (or is killed), the spare reads the end of input."""
+@pytest.mark.parametrize("when", ["waiting", "importing"])
+def test_a_spare_ends_when_the_app_that_started_it_goes(job_env, tmp_path, when):
+    """Its stdin is the app's pipe: when the app exits (or is killed), the spare reads the end of input and ends,
+    at once, also in the middle of its imports (here a library that takes a minute to import)."""
+    (tmp_path / "slow_library.py").write_text("import time\ntime.sleep(60)\n")
+    preload = ("json",) if when == "waiting" else ("slow_library",)
     app = subprocess.Popen([sys.executable, "-c", (
-        "import os, sys\n"
+        "import os, sys, time\n"
         "from pipeline import spare_worker\n"
-        "spare_worker.prepare(dict(os.environ), preload=('json',))\n"
+        f"spare_worker.prepare(dict(os.environ), preload={preload!r})\n"
         "spare = spare_worker.waiting()\n"
-        "assert spare.wait_ready(30)\n"
+        f"assert spare.wait_ready(30) if {when == 'waiting'} else (time.sleep(1) or True)\n"
         "print(spare.proc.pid, flush=True)\n"
         "os._exit(0)\n")], cwd=spare_worker.ROOT, env=job_env, stdout=subprocess.PIPE, text=True)
     pid = int(app.stdout.readline())
     app.wait(30)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.1)
     assert not _alive(pid)
