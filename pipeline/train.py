@@ -27,8 +27,8 @@ from pipeline.setup.config import ConfigError, RunConfig
 from pipeline.setup.data import DatasetError, check_prompt_budget, load_dataset_split
 from pipeline.rewards import GuardedReward, RewardFunctionError, build_rewards, wait_for_reward_threads
 from pipeline.run_folder import run_files, runs
-from pipeline.training.grpo_trainer import (PHASE_FIRST_GROUP, PHASE_LOAD, PHASE_MERGE, PHASE_RESUME, PHASE_SAVE,
-                                            StepClock, agree_to_stop, grpo_args, make_callback, make_trainer_class)
+from pipeline.training.grpo_trainer import (PHASE_LOAD, PHASE_MERGE, PHASE_SAVE, StepClock, agree_to_stop,
+                                            first_group_phase, grpo_args, make_callback, make_trainer_class)
 from pipeline.run_folder.jobs import TRAIN
 from pipeline.run_folder.jobstate import failure_since, job_worker
 from pipeline.run_folder.paths import keep_private
@@ -318,7 +318,7 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
                             guards, weights, stop_event, allow_custom_rewards, longest_prompt)
     if main:  # the run header says how completions are sampled, and why not statically where it can't
         runs.write_status(run_dir, "running", **trainer.studio_generation,
-                          phase=PHASE_RESUME if resume else PHASE_FIRST_GROUP)
+                          phase=first_group_phase(trainer.studio_generation["generation"], resume))
 
     # 6. Train, from the last complete checkpoint on a resume; a Stop before the first step skips it.
     checkpoint = resume_point(run_dir, resume)

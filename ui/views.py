@@ -91,7 +91,8 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
 
 
 def phase_text(status: dict, has_steps: bool) -> str:
-    """What the trainer is doing outside a step (its `phase`: loading, a probe, the merge), for the run header.
+    """What the trainer is doing outside a step (its `phase`: loading, a probe, the merge), for the run header
+    while the run runs.
 
     >>> phase_text({"state": "running", "phase": "loading the model"}, has_steps=False)
     "<span class='gs-phase'>· loading the model...</span>"
@@ -105,10 +106,7 @@ def phase_text(status: dict, has_steps: bool) -> str:
         return ""
     phase = status.get("phase")
     if not phase and not has_steps:  # before the trainer says (a run from an older version says nothing)
-        phase = ("starting the trainer" if state == "queued" else
-                 "sampling the first group" if status.get("generation") else "loading the model and the first group")
-    if phase == "sampling the first group" and status.get("generation") == "static":
-        phase += " (it compiles the decoding step first: up to a minute)"
+        phase = "starting the trainer" if state == "queued" else "loading the model and the first group"
     return f"<span class='gs-phase'>· {html.escape(phase)}...</span>" if phase else ""
 
 

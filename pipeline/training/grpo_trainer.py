@@ -23,9 +23,21 @@ from pipeline.training.token_capture import with_token_capture
 PHASE_LOAD = "loading the model"
 PHASE_FIRST_GROUP = "sampling the first group"
 PHASE_RESUME = "loading the checkpoint, then sampling the next group"
+PHASE_COMPILE = " (it compiles the decoding step first: up to a minute)"
 PHASE_PROBE = "answering the held-out prompts (probe at step {step})"
 PHASE_SAVE = "saving the adapter"
 PHASE_MERGE = "saving the adapter and merging it into the model"
+
+
+def first_group_phase(generation: str, resume: bool) -> str:
+    """What the trainer does once its model is ready, until the first step ends.
+
+    >>> first_group_phase("static", resume=False)
+    'sampling the first group (it compiles the decoding step first: up to a minute)'
+    >>> first_group_phase("eager", resume=True)
+    'loading the checkpoint, then sampling the next group'
+    """
+    return (PHASE_RESUME if resume else PHASE_FIRST_GROUP) + (PHASE_COMPILE if generation == "static" else "")
 
 
 log = logging.getLogger("grpo_studio.train")

@@ -23,7 +23,7 @@ from typing import Any
 from pipeline.run_folder import run_files, runs
 from pipeline.setup.config import RunConfig
 from pipeline.run_folder.jsonio import json_number
-from pipeline.training.grpo_trainer import PHASE_FIRST_GROUP, PHASE_PROBE
+from pipeline.training.grpo_trainer import PHASE_PROBE, first_group_phase
 from pipeline.training.task_metrics import task_metrics
 
 log = logging.getLogger("grpo_studio.probes")
@@ -197,7 +197,11 @@ def make_probe_callbacks(run_dir: Path, cfg: RunConfig, tokenizer, eval_rows: li
             prober.probe(model, step)
         except Exception:  # noqa: BLE001
             log.warning("Probe at step %d failed; training continues:\n%s", step, traceback.format_exc())
-        runs.write_status(run_dir, "running", phase=PHASE_FIRST_GROUP if step == 0 else None)
+        if step == 0:
+            generation = runs.read_status(run_dir).get("generation", "eager")
+            runs.write_status(run_dir, "running", phase=first_group_phase(generation, resume=False))
+        else:
+            runs.write_status(run_dir, "running", phase=None)
 
     class ProbeCallback(TrainerCallback):
         """Probes at step 0 (before any update), every probe_every steps, and at the last step."""

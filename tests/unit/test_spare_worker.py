@@ -17,8 +17,9 @@ JOB = '''
 import json, os, sys
 print("to stdout", flush=True)
 print("to stderr", file=sys.stderr, flush=True)
-json.dump({"argv0": sys.argv[0], "options": sys.argv[2:], "name": __name__, "pid": os.getpid(), "session": os.getsid(0), "cwd": os.getcwd(),
-           "stdin": sys.stdin.read(), "marker": os.environ.get("SPARE_TEST_MARKER")}, open(sys.argv[1], "w"))
+json.dump({"argv0": sys.argv[0], "options": sys.argv[2:], "name": __name__, "pid": os.getpid(),
+           "session": os.getsid(0), "cwd": os.getcwd(), "stdin": sys.stdin.read(),
+           "marker": os.environ.get("SPARE_TEST_MARKER")}, open(sys.argv[1], "w"))
 sys.exit(3)
 '''
 
@@ -58,7 +59,8 @@ def test_a_job_in_a_spare_runs_as_a_fresh_process_would(job_env, tmp_path):
     assert warm["pid"] == warm["session"] == proc.pid  # a session of its own: Stop signals its group alone
     for key in ("argv0", "options", "name", "cwd", "stdin", "marker"):
         assert warm[key] == fresh[key], key
-    assert warm["argv0"].endswith("spare_test_job.py") and warm["options"] == ["--flag"] and warm["name"] == "__main__" and warm["stdin"] == ""
+    assert warm["argv0"].endswith("spare_test_job.py") and warm["options"] == ["--flag"]
+    assert warm["name"] == "__main__" and warm["stdin"] == ""
     text = log.read_text()
     assert text.startswith("earlier line\n") and "to stdout\n" in text and "to stderr\n" in text
     assert "Started in a spare worker" in text and "ready]" not in text

@@ -95,8 +95,11 @@ def test_the_run_header_says_how_completions_are_sampled():
         generation="eager", generation_note="the fast engine is off")
     assert "decoding" not in header(generation="eager")  # asked for (the CPU default): nothing to explain
     # before the first step lands, a static run says that it compiles (the first step takes up to a minute longer)
-    assert "compiles the decoding step" in header(generation="static")
-    assert "compiles" not in header(generation="eager") and "first group" in header(generation="eager")
+    from pipeline.training.grpo_trainer import first_group_phase
+
+    assert "compiles the decoding step" in header(generation="static", phase=first_group_phase("static", False))
+    eager = header(generation="eager", phase=first_group_phase("eager", False))
+    assert "compiles" not in eager and "sampling the first group" in eager
 
 
 def test_the_trainer_samples_through_the_static_decoder(tmp_path, monkeypatch):
