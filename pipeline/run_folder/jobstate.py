@@ -11,6 +11,7 @@ No torch or gradio import.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -302,6 +303,9 @@ def job_worker(run_dir: str | Path, kind: str | jobs.Job, *, announce: bool = Tr
         raise KeyboardInterrupt if graceful else JobStopped
 
     previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    # A crash in native code (a segfault in a library) writes no state: its log gets every thread's Python stack.
+    with contextlib.suppress(ValueError, OSError):  # a stderr with no file behind it: no report, the job goes on
+        faulthandler.enable(all_threads=True)
     try:
         if announce and main:
             job.running(**fields)

@@ -248,3 +248,34 @@ def test_a_stop_during_an_import_waits_for_the_import_then_stops(fake_kind, tmp_
     assert done.exists()  # the import ran to its end
     status = runs.read_json(run_dir / spec.status_file)
     assert status["state"] == "stopped" and status["error"] is None, status
+
+
+WORKER_THAT_CRASHES = '''import ctypes
+import sys
+
+from fake_job_kind import FAKE
+from pipeline.run_folder.jobstate import job_worker
+
+
+def read_through_a_null_pointer():
+    ctypes.string_at(0)  # a segfault, as a library's native code can have
+
+
+with job_worker(sys.argv[1], FAKE) as job:
+    read_through_a_null_pointer()
+'''
+
+
+def test_a_native_crash_leaves_the_python_stack_in_the_jobs_log(fake_kind, tmp_path):
+    """A segfault writes no state (the Runs panel says the job exited without reporting): the log says where."""
+    import os
+
+    spec, run_dir = fake_kind
+    (tmp_path / "code" / "worker_that_crashes.py").write_text(WORKER_THAT_CRASHES)
+    log = tmp_path / "job.log"
+    with open(log, "wb") as out:
+        code = subprocess.run([sys.executable, "-m", "worker_that_crashes", str(run_dir)], cwd=runner.ROOT,
+                              env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT, timeout=60).returncode
+    assert code == -11
+    text = log.read_text()
+    assert "Fatal Python error: Segmentation fault" in text and "read_through_a_null_pointer" in text, text
