@@ -103,8 +103,9 @@ def prepare(env: dict, preload: tuple[str, ...] = PRELOAD) -> bool:
     if not enabled(env):
         return False
     with _lock:
-        if (_spare is not None and _spare.proc.poll() is None and _spare.preload == tuple(preload)
-                and (_spare.env == env or _spare.runs_as(env))):
+        waiting = _spare
+        if waiting is not None and waiting.proc.poll() is None and waiting.preload == tuple(preload) \
+                and waiting.runs_as(env):
             return False
         old, _spare = _spare, None
         if old is not None:

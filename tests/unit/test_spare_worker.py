@@ -1,5 +1,6 @@
 """A spare worker runs a job as a fresh `python -m` process would, and is used only when it can: same
-interpreter, same environment, alive. The spares here import only `json`, so each test takes a second or two."""
+interpreter, same environment, alive. The spares here import only small modules (`json`, a few written by the
+tests), so each test takes a second or two."""
 
 from __future__ import annotations
 
