@@ -34,7 +34,9 @@ def one_chat(url: str, index: int, tokens: int, turns: int = 1, model: str = MOD
 
     from ui.chat import content_text as _text  # Gradio 6 sends content back as [{"type": "text", ...}]
 
-    client = Client(url, verbose=False)
+    # Twenty sessions open at once, each reading the app's API description first: on a busy machine the last
+    # of those answers can take longer than httpx's 5 s default, which would fail a session before it chats.
+    client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
     history: list = []
     prompts: list[str] = []
     replies: list[str] = []

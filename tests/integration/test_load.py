@@ -79,7 +79,7 @@ def test_a_full_queue_answers_busy_at_once(bundled_model_dir):
     fill: list = []
     try:
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            clients = list(pool.map(lambda _: Client(url, verbose=False), range(8)))
+            clients = list(pool.map(lambda _: Client(url, verbose=False, httpx_kwargs={"timeout": 120}), range(8)))
 
         def streaming() -> list[str]:
             """Replies arriving: running chats that have streamed text and not finished."""
