@@ -22,18 +22,42 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# Test files that read the one finished run `shared_run` (tests/integration/conftest.py) trains: on one worker
+# together, so it is trained once (about a minute) instead of once on each worker. tests/unit/test_suite_groups.py
+# checks that this lists every file that asks for it.
+SHARED_RUN_READERS = ("tests/integration/test_checkpoints.py", "tests/integration/test_gguf_export.py",
+                      "tests/integration/test_probes.py", "tests/integration/test_train.py")
+
+
+def worker_group(nodeid: str) -> str:
+    """The group of tests that one worker runs whole: the browser tests, the shared run's readers, else a file."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith("tests/browser/"):
+        return "tests/browser"
+    return "shared_run" if path in SHARED_RUN_READERS else path
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Test files are shared out between the workers whole, and the browser tests all go to one worker together, in
     file order: they share one app process and its data folder, and some read what an earlier one left (the newest
-    run, a finished run's models). (pytest-xdist's own grouping by mark does not take under pytest 9.)"""
+    run, a finished run's models). The two longest groups, the browser tests and the shared run's readers, are
+    handed out first, one to each worker, and the files after them go to whichever worker is free, so that neither
+    is left with a long group at the end. (pytest-xdist's own grouping by mark does not take under pytest 9.)"""
     from xdist.scheduler import LoadFileScheduling
 
-    class BrowserTestsTogether(LoadFileScheduling):
+    class Groups(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "tests/browser" if nodeid.startswith("tests/browser/") else super()._split_scope(nodeid)
+            return worker_group(nodeid)
 
-    return BrowserTestsTogether(config, log)
+        def _assign_work_unit(self, node) -> None:
+            for group in ("tests/browser", "shared_run"):  # the longest first
+                if group in self.workqueue:
+                    self.workqueue.move_to_end(group, last=False)
+                    break
+            super()._assign_work_unit(node)
+
+    return Groups(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
