@@ -185,10 +185,10 @@ def apply_overrides(config: dict, launches: list[dict]) -> dict:
 
 def effective_config(run_dir: str | Path) -> dict:
     """The settings the run trains with: config.json plus the overrides in launches.jsonl ({} when
-    config.json can't be read)."""
+    config.json can't be read; a config.json of `{}`, every setting at its default, gives the overrides alone)."""
     run_dir = Path(run_dir)
     cfg = _read_json(run_dir / run_files.CONFIG)
-    return apply_overrides(cfg, read_launches(run_dir)) if cfg else {}
+    return apply_overrides(cfg, read_launches(run_dir)) if cfg is not None else {}
 
 
 def log_tail(run_dir: str | Path, lines: int = 40, name: str = run_files.TRAIN_LOG) -> str:

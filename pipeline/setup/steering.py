@@ -238,9 +238,9 @@ def pending_requests(run_dir: str | Path, done: set[str] | None = None) -> list[
 def config_in_force(run_dir: str | Path) -> RunConfig:
     """The run's settings now: config.json, the overrides of each start (launches.jsonl), then every change
     the trainer applied (steering.jsonl), in order. Resume trains with these."""
-    data = runs.effective_config(run_dir)
-    if not data:
+    if runs.read_json(Path(run_dir) / run_files.CONFIG) is None:  # `{}` is readable: every setting at its default
         raise ConfigError(f"{run_dir} has no readable {run_files.CONFIG}.")
+    data = runs.effective_config(run_dir)
     return apply_changes(RunConfig.from_dict(data), applied_changes(run_dir))
 
 

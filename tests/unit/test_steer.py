@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.run_folder import run_files, runs
 from pipeline.setup import steering as steer
-from pipeline.setup.config import RunConfig
+from pipeline.setup.config import ConfigError, RunConfig
 from pipeline.setup.steering import SteerRefused, check_changes
 
 
@@ -90,6 +90,18 @@ def test_values_in_force_are_the_config_plus_each_applied_change_in_order(tmp_pa
     # A resume's --steps override is in force too.
     runs.record_launch(run_dir, True, 5, {"max_steps": 20}, [])
     assert steer.config_in_force(run_dir).max_steps == 20
+
+
+def test_a_config_of_defaults_alone_can_be_steered_and_an_unreadable_one_says_so(tmp_path):
+    """A headless run may start from a config.json of `{}` (every setting at its default)."""
+    run_dir = tmp_path / "defaults"
+    run_dir.mkdir()
+    (run_dir / run_files.CONFIG).write_text("{}", encoding="utf-8")
+    assert steer.config_in_force(run_dir) == RunConfig()
+    steer.request(run_dir, {"learning_rate": 1e-4})
+    (run_dir / run_files.CONFIG).write_text("{not json", encoding="utf-8")
+    with pytest.raises(ConfigError, match="has no readable config.json"):
+        steer.config_in_force(run_dir)
 
 
 def test_requests_survive_a_torn_last_line_and_are_pending_until_answered(tmp_path):
