@@ -26,7 +26,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # together, so it is trained once (about a minute) instead of once on each worker. tests/unit/test_suite_groups.py
 # checks that this lists every file that asks for it.
 SHARED_RUN_READERS = ("tests/integration/test_checkpoints.py", "tests/integration/test_gguf_export.py",
-                      "tests/integration/test_probes.py", "tests/integration/test_train.py")
+                      "tests/integration/test_probes.py", "tests/integration/test_report.py",
+                      "tests/integration/test_train.py")
 
 
 def worker_group(nodeid: str) -> str:

@@ -237,10 +237,10 @@ def _change_cell(before, after) -> str:
     return f"<td class='{cls}'>{mark} {delta:+.3g}</td>"
 
 
-def outcome_html(evals: list[dict], state: str | None) -> str:
+def outcome_html(evals: list[dict], state: str | None, next_steps: bool = True) -> str:
     """Once a run has finished or stopped: its held-out probes before (step 0, the base model) and after (the last
-    probe), the total reward, the task metric and each reward side by side, and where to look next. Empty
-    before that, or without a probe past step 0.
+    probe), the total reward, the task metric and each reward side by side, and where to look next in the app
+    (unless `next_steps` is False, as in a report). Empty before that, or without a probe past step 0.
 
     >>> evals = [{"step": 0, "reward": 197.1, "rewards": {"length_target": -91.5}, "samples": [{}, {}],
     ...           "task": {"kind": "summary", "summary_score": 0.79}},
@@ -267,9 +267,11 @@ def outcome_html(evals: list[dict], state: str | None) -> str:
     return (f"<div class='gs-outcome'><div><b>Before and after</b>, on {prompts} held-out prompts the run never "
             f"trained on, answered greedily: the base model at step 0, the tuned one at step {tuned['step']}.</div>"
             f"<table class='gs-outcome-table'><tr><th></th><th>base</th><th>tuned</th><th>change</th></tr>{body}"
-            "</table><div class='gs-next'>Next: talk to it beside the base model in <b>Chat</b> (tick <i>Side by "
-            "side</i>), or press <b>Evaluate base vs tuned</b> in the Runs panel to score it on every held-out "
-            "prompt.</div></div>")
+            f"</table>{NEXT_STEPS if next_steps else ''}</div>")
+
+
+NEXT_STEPS = ("<div class='gs-next'>Next: talk to it beside the base model in <b>Chat</b> (tick <i>Side by side</i>), "
+              "or press <b>Evaluate base vs tuned</b> in the Runs panel to score it on every held-out prompt.</div>")
 
 
 def held_out_text(evals: list[dict]) -> str:

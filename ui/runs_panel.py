@@ -122,6 +122,21 @@ def compare_settings(selected: list[str] | None) -> str:
     return compare_view.settings_diff_html(configs)
 
 
+def report_download(run_name: str | None) -> tuple[Any, str]:
+    """The picked run as one HTML page to keep or send (ui/report.py): its curves, held-out answers before and
+    after, a group of its last step and its settings."""
+    from ui.report import write_report
+
+    path = run_path(run_name)
+    if path is None:
+        return gr.File(visible=False), "Pick a run to download its report."
+    if not runs.read_metrics(path) and not runs.read_evals(path):
+        return gr.File(visible=False), f"{path.name} has no steps yet: its report can be made after the first one."
+    out = write_report(path)
+    return gr.File(value=str(out), visible=True), (f"✓ {out.name}: one page with no links out, to open in any "
+                                                    "browser or send to someone.")
+
+
 def metrics_download(run_name: str | None) -> tuple[Any, str]:
     """The picked run's numbers as a CSV, a row per step (pipeline/run_folder/metrics_table.py), to download."""
     from pipeline.run_folder.metrics_table import metrics_csv

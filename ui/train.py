@@ -24,8 +24,8 @@ from ui.form import REWARD_COLUMNS, SOURCE_SHOWN, SOURCES, config_to_form, form_
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
 from ui.runs_panel import (
     EXPORTS_EMPTY, NO_RUNS, compare_runs, compare_settings, delete_run, eval_view, evaluate_run, exports_view,
-    metrics_download, overlay_colors, overlay_labels, refresh_runs, remove_orphan_exports, resume_training, runs_hint,
-    runs_table, stop_evaluation, stop_push, stop_training,
+    metrics_download, overlay_colors, overlay_labels, refresh_runs, remove_orphan_exports, report_download,
+    resume_training, runs_hint, runs_table, stop_evaluation, stop_push, stop_training,
 )
 from ui.train_form import (
     CLOSE_SETTINGS_JS, UPLOAD_TYPES, fill_preset, hyper_component, make_scanner, preview_dataset, reward_docs,
@@ -194,9 +194,13 @@ def build(ctx: TabContext) -> Tab:
                     with gr.Row():  # the jobs' own stops, under the buttons that start them
                         eval_stop_btn = gr.Button("Stop evaluation", size="sm", elem_id="eval-stop-btn")
                         push_stop_btn = gr.Button("Stop push", size="sm", elem_id="push-stop-btn")
-                    metrics_btn = gr.Button("Download metrics (CSV)", size="sm", elem_id="metrics-btn")
+                    with gr.Row():
+                        metrics_btn = gr.Button("Download metrics (CSV)", size="sm", elem_id="metrics-btn")
+                        report_btn = gr.Button("Download report (HTML)", size="sm", elem_id="report-btn")
                     metrics_file = gr.File(label="Metrics, a row per step", visible=False, interactive=False,
                                            elem_id="metrics-file")
+                    report_file = gr.File(label="Report: curves, held-out answers, a group, settings", visible=False,
+                                          interactive=False, elem_id="report-file")
                     with gr.Row():
                         confirm = gr.Checkbox(label="Yes, delete it", value=False)
                         with_exports = gr.Checkbox(label="and its exports", value=False, elem_id="delete-exports",
@@ -282,8 +286,9 @@ def build(ctx: TabContext) -> Tab:
         eval_stop_btn.click(stop_evaluation, [action_run, ops], action_msg, api_name="stop_evaluation")
         push_stop_btn.click(stop_push, [action_run, ops], action_msg, api_name="stop_push")
         metrics_btn.click(metrics_download, action_run, [metrics_file, action_msg], api_visibility="private")
-        action_run.change(lambda: gr.File(visible=False), None, metrics_file, show_progress="hidden",
-                          api_visibility="private")  # the file shown was another run's
+        report_btn.click(report_download, action_run, [report_file, action_msg], api_visibility="private")
+        action_run.change(lambda: (gr.File(visible=False),) * 2, None, [metrics_file, report_file],
+                          show_progress="hidden", api_visibility="private")  # the files shown were another run's
         deleted = delete_btn.click(delete_run, [action_run, confirm, with_exports, ops],
                                    [action_msg, confirm, with_exports])
         then_refresh(deleted)

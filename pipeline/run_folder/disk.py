@@ -13,7 +13,8 @@ from pathlib import Path
 # What follows a run's name in the name of a file exported from it (pipeline/export.py): an optional checkpoint
 # step, then the merged model (a zip, or the folder a checkpoint is merged into once), the adapter zip, a GGUF
 # file of any type, or the metrics CSV.
-EXPORT_SUFFIX = re.compile(r"(-step\d+)?(-merged\.zip|-adapter\.zip|-merged|-[A-Za-z0-9_]+\.gguf|-metrics\.csv)")
+EXPORT_SUFFIX = re.compile(
+    r"(-step\d+)?(-merged\.zip|-adapter\.zip|-merged|-[A-Za-z0-9_]+\.gguf|-metrics\.csv|-report\.html)")
 
 
 def tree_bytes(path: str | Path) -> int:
@@ -62,8 +63,9 @@ def is_export_of(name: str, run_name: str) -> bool:
     only starts the same ("…-tldr" and "…-tldr-2") is another run: its exports are not this one's.
 
     >>> run = "20261127-101500-tldr"
-    >>> [is_export_of(f"{run}{s}", run) for s in ("-merged.zip", "-step8-Q8_0.gguf", "-step8-merged", "-metrics.csv")]
-    [True, True, True, True]
+    >>> [is_export_of(f"{run}{s}", run) for s in ("-merged.zip", "-step8-Q8_0.gguf", "-step8-merged", "-metrics.csv",
+    ...                                                         "-report.html")]
+    [True, True, True, True, True]
     >>> [is_export_of(n, run) for n in (f"{run}-2-merged.zip", f".{run}-F16.gguf.tmp", f"{run}.zip", "notes.txt")]
     [False, False, False, False]
     """

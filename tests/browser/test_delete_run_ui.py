@@ -1,5 +1,5 @@
-"""Deleting a run from the Runs panel, in Debian chromium: the table shows its size, and the delete says what it
-gave back; its exports go with it only when ticked."""
+"""The Runs panel's files, in Debian chromium: a run's report downloads and opens as a page; the table shows a run's
+size, and the delete says what it gave back; its exports go with it only when ticked."""
 
 import pytest
 from playwright.sync_api import expect
@@ -66,3 +66,31 @@ def test_files_kept_from_a_deleted_run_are_listed_and_removed_from_the_exports_f
     expect(page.locator("#orphans-btn")).to_be_hidden()
     assert not kept.exists()
     page.locator("#exports-fold").screenshot(path=str(ARTIFACTS / "runs-exports-folder.png"))
+
+
+def test_a_runs_report_downloads_from_the_runs_panel_and_opens_as_one_page(page, app_url, studio_data, browser):
+    run_dir = runs.new_run_dir("report-me")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=2).to_dict())
+    runs.write_status(run_dir, "stopped", started_at=1.0, ended_at=60.0)
+    for step in (1, 2):
+        runs.append_jsonl(run_dir / "metrics.jsonl", {"step": step, "reward": 100.0 + 20 * step, "kl": 0.01 * step,
+                                                      "rewards": {"length_target": {"mean": -50.0 + step}}})
+    for step, answer in ((0, "A long answer from the base model."), (2, "A short answer.")):
+        runs.append_jsonl(run_dir / "evals.jsonl", {"step": step, "reward": 90.0 + step, "samples": [
+            {"prompt": "Summarize: a post.", "completion": answer, "total": 90.0 + step}]})
+
+    page.goto(app_url)
+    panel = page.locator(".column", has=page.get_by_role("button", name="Resume")).last
+    panel.get_by_label("Run", exact=True).click()
+    page.get_by_role("option", name=run_dir.name, exact=True).click()
+    page.locator("#report-btn").click()
+    expect(panel).to_contain_text(f"{run_dir.name}-report.html: one page", timeout=30_000)
+    expect(page.locator("#report-file")).to_contain_text(f"{run_dir.name}-report")  # the name, then its size
+    report = browser.new_page()
+    report.goto((runs.exports_dir() / f"{run_dir.name}-report.html").as_uri())
+    expect(report.locator("h1")).to_have_text(run_dir.name)
+    expect(report.locator("svg")).to_have_count(3)  # train reward, held-out reward, KL
+    # The tuned model's held-out answer, with the words it changed from the base model's marked.
+    expect(report.locator(".gs-probe-text ins").first).to_have_text("short")
+    report.screenshot(path=str(ARTIFACTS / "run-report.png"), full_page=True)
+    report.close()

@@ -1,0 +1,97 @@
+"""A run's report (ui/report.py), from a run folder written here: every part is in it, it is one page with nothing
+to load or run, and what users typed or models wrote is shown as text, never as markup."""
+
+import re
+
+import pytest
+
+from pipeline.run_folder import disk, run_files, runs
+from pipeline.setup.config import DatasetSpec, RewardSpec, RunConfig
+
+HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)>"
+
+
+@pytest.fixture
+def own_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path / "data"))
+
+
+def written_run(label: str = "reported"):
+    """A stopped three-step run: metrics, probes at 0 and 3, a group of step 3, a change steered at step 2, a reward
+    with its own code, and text that would be markup if it were not escaped."""
+    code = "def reward(completions, **kw):\n    return [0.0] * len(completions)  # OWN-CODE\n"
+    cfg = RunConfig(max_steps=3, learning_rate=1e-4, dataset=DatasetSpec(source="upload", path=f"/data/{HOSTILE}"),
+                    rewards=[RewardSpec("length_target", 1.0, {"target": 50}), RewardSpec("custom_python", 0.5,
+                                                                                             {"code": code})])
+    run_dir = runs.new_run_dir(label)
+    runs.write_json_atomic(run_dir / run_files.CONFIG, cfg.to_dict())
+    runs.write_status(run_dir, "stopped", started_at=1.0, ended_at=95.0)
+    for step in (1, 2, 3):
+        runs.append_jsonl(run_dir / run_files.METRICS, {
+            "step": step, "reward": 10.0 * step, "reward_std": 2.0, "kl": 0.01 * step, "loss": 0.02, "entropy": 2.5,
+            "completion_length": 30.0 - step, "frac_reward_zero_std": 0.0, "elapsed": 30.0 * step,
+            "rewards": {"length_target": {"mean": -5.0 + step, "std": 1.0}}, "reward_weights": {"length_target": 1.0}})
+    for step, reward, answer in ((0, 7.0, "The base answer, long and winding."), (3, 9.5, f"Short now {HOSTILE}")):
+        runs.append_jsonl(run_dir / run_files.EVALS, {
+            "step": step, "reward": reward, "rewards": {"length_target": reward - 10},
+            "samples": [{"prompt": f"Summarize this post {HOSTILE}", "completion": answer, "total": reward,
+                         "rewards": {"length_target": reward - 10}}]})
+    runs.append_jsonl(run_dir / run_files.GROUPS, {"step": 3, "weights": {"length_target": 1.0}, "groups": [
+        {"prompt": "A post to summarize", "completions": [
+            {"completion": "kept short", "rewards": {"length_target": -1.0}, "total": -1.0, "advantage": 0.707},
+            {"completion": f"rambling {HOSTILE}", "rewards": {"length_target": -9.0}, "total": -9.0,
+             "advantage": -0.707}]}]})
+    runs.append_jsonl(run_dir / run_files.STEERING, {"id": "1", "step": 2, "setting": "learning_rate", "old": 1e-4,
+                                                     "new": 5e-5, "time": 2.0})
+    return run_dir
+
+
+def test_the_report_holds_every_part_of_the_run(own_data):
+    from ui.report import report_html
+
+    page = report_html(written_run())
+    assert page.startswith("<!DOCTYPE html>") and "reported" in page.split("</title>")[0]
+    # Before and after on the held-out prompts: 7 -> 9.5
+    assert "<td>7</td><td>9.5</td><td class='gs-up'>▲ +2.5</td>" in page
+    # The curves: the train reward (total and one reward), the held-out reward, and one chart per logged metric,
+    # each marked at the steered step.
+    assert page.count("<svg") == 2 + 6 and page.count("steered at 2: lr 0.0001→5e-5") >= 8
+    assert "<h2>Steered while it trained</h2><ul><li>step 2: lr 0.0001→5e-5</li></ul>" in page
+    assert "Held-out answers: the base model, then the tuned one" in page and "winding" in page  # the diff's removed
+    assert "A group of step 3" in page and "kept short" in page and "+0.71" in page
+    assert "<th>learning_rate</th><td>0.0001</td>" in page and "<th>reward: custom_python</th>" in page
+
+
+def test_the_report_is_one_page_with_nothing_to_load_or_run_and_no_markup_from_the_run(own_data):
+    from ui.report import report_html
+
+    page = report_html(written_run())
+    assert "<script" not in page.lower() and "onerror=" not in page.replace("onerror=alert(1)&gt;", "")
+    assert "&lt;script&gt;" in page  # shown as text: the prompt, the answer, the completion, the dataset path
+    assert not re.search(r"(src|href)\s*=\s*['\"]?(https?:|//)", page) and "http" not in page
+    assert "OWN-CODE" not in page  # a reward's own code stays in the run folder
+
+
+def test_download_writes_the_report_as_an_export_of_the_run(own_data):
+    from ui.runs_panel import report_download
+
+    run_dir = written_run()
+    file, message = report_download(run_dir.name)
+    path = file.value["path"] if isinstance(file.value, dict) else file.value
+    assert file.visible is True and path.endswith(f"{run_dir.name}-report.html") and "one page" in message
+    assert disk.run_exports(run_dir.name, runs.exports_dir())[0].name == f"{run_dir.name}-report.html"
+    assert report_download(None)[1] == "Pick a run to download its report."
+    empty = runs.new_run_dir("no-steps")
+    runs.write_json_atomic(empty / run_files.CONFIG, RunConfig().to_dict())
+    file, message = report_download(empty.name)
+    assert file.visible is False and "no steps yet" in message
+
+
+def test_a_run_whose_settings_cannot_be_read_says_so_instead_of_showing_defaults(own_data):
+    from ui.report import report_html
+
+    run_dir = written_run()
+    (run_dir / run_files.CONFIG).write_text("{torn", encoding="utf-8")
+    page = report_html(run_dir)
+    assert "config.json could not be read" in page and "<th>learning_rate</th>" not in page
+    assert "<td>7</td><td>9.5</td>" in page  # what could be read is shown
