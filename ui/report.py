@@ -232,3 +232,28 @@ def write_report(run_dir: str | Path) -> Path:
     tmp.write_text(report_html(run_dir), encoding="utf-8")
     tmp.replace(out)
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ui.report --run-dir DIR [--out FILE]`: a run's report from a terminal, as the Runs panel makes it."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m ui.report", description="Write a run's report: one HTML page.")
+    ap.add_argument("--run-dir", required=True, help="The run folder.")
+    ap.add_argument("--out", help="Where to write it (default: the exports folder, as <run>-report.html).")
+    args = ap.parse_args(argv)
+    run_dir = Path(args.run_dir)
+    if runs.read_json(run_dir / run_files.CONFIG) is None and not (run_dir / run_files.METRICS).exists():
+        print(f"{run_dir} is not a run folder: it has no {run_files.CONFIG} or {run_files.METRICS}.")
+        return 2
+    if args.out:
+        Path(args.out).write_text(report_html(run_dir), encoding="utf-8")
+        out = Path(args.out)
+    else:
+        out = write_report(run_dir)
+    print(f"Wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

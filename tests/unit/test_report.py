@@ -95,3 +95,15 @@ def test_a_run_whose_settings_cannot_be_read_says_so_instead_of_showing_defaults
     page = report_html(run_dir)
     assert "config.json could not be read" in page and "<th>learning_rate</th>" not in page
     assert "<td>7</td><td>9.5</td>" in page  # what could be read is shown
+
+
+def test_the_command_line_writes_the_same_page_and_refuses_a_folder_that_is_no_run(own_data, tmp_path, capsys):
+    from ui.report import main
+
+    run_dir = written_run()
+    out = tmp_path / "mine.html"
+    assert main(["--run-dir", str(run_dir), "--out", str(out)]) == 0
+    assert "<td>7</td><td>9.5</td>" in out.read_text(encoding="utf-8")
+    assert main(["--run-dir", str(run_dir)]) == 0 and (runs.exports_dir() / f"{run_dir.name}-report.html").exists()
+    assert main(["--run-dir", str(tmp_path / "nothing")]) == 2
+    assert "is not a run folder" in capsys.readouterr().out
