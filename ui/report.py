@@ -182,11 +182,10 @@ def report_html(run_dir: str | Path, now: datetime.datetime | None = None) -> st
     """The whole report of the run in `run_dir`, as it stands on disk now (a running run's so far)."""
     run_dir = Path(run_dir)
     snap = runs.snapshot(run_dir)
-    status, rows, evals = snap.status or {}, snap.metrics, runs.read_evals(run_dir)
+    status, rows, evals, groups = snap.status or {}, snap.metrics, snap.evals, snap.groups
     readable = runs.read_json(run_dir / run_files.CONFIG) is not None
-    config = full_config(runs.effective_config(run_dir)) if readable else {}
+    config = full_config(snap.config) if readable else {}
     changes = steering.applied_changes(run_dir)
-    groups = runs.read_groups(run_dir)
     state = status.get("state")
     max_steps = next((v for v in (config.get("max_steps"), status.get("max_steps")) if isinstance(v, int)), 0)
     name = run_dir.name
