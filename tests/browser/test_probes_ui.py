@@ -1,7 +1,8 @@
 """Completions over time, in Debian chromium: a run of the arithmetic preset shows the base model's answers
 (step 0) to held-out prompts with their format compliance, then a later probe step with what changed, can be
 scrubbed back, and probes the step a Stop ends on; the stopped run's header then sets base against tuned. One
-training for the whole panel: a browser training costs a minute here."""
+training for the whole panel, of the two-layer random model: the panel shows any answer the same way, and the
+bundled model's probes are checked in tests/integration/test_probes.py."""
 
 import json
 import re
@@ -23,7 +24,8 @@ def shot(page, name, locator=None):
         locator.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
-def test_probes_show_step_0_then_a_later_step_with_format_compliance_and_the_step_a_stop_ends_on(page, app_url):
+def test_probes_show_step_0_then_a_later_step_with_format_compliance_and_the_step_a_stop_ends_on(page, app_url,
+                                                                                                  tiny_model_dir):
     page.goto(app_url)
     expect(page.get_by_text("1. Model and data")).to_be_visible()
     # Before any run: the panel says what probes are.
@@ -35,17 +37,19 @@ def test_probes_show_step_0_then_a_later_step_with_format_compliance_and_the_ste
     numeric = page.locator("#rewards-table [role=row]", has_text="numeric_tolerance").locator("input[type=checkbox]")
     expect(numeric).to_be_checked(timeout=30_000)
     # One prompt a step (G=4), 24 tokens and 2 probe prompts keep steps and probes short (the panel's layout is
-    # the same for any answer, finished or cut), and a probe every step instead of every 4 shows a second probe
-    # soon. 8 steps planned: the test stops the run after the step-1 probe.
-    fill_settings(page, {"Steps": "8", "Group size G": "4", "Batch (completions / step)": "4",
-                         "Max completion tokens": "24", "Probe every N steps (0 = off)": "1",
+    # the same for any answer, finished or cut). The two-layer model's steps take a fraction of a second: a probe
+    # every 10 steps shows a second probe within seconds without a new step to pick every poll, and 400 steps
+    # planned leave the run training when the test stops it, after the second probe.
+    fill_settings(page, {"Steps": "400", "Group size G": "4", "Batch (completions / step)": "4",
+                         "Max completion tokens": "24", "Probe every N steps (0 = off)": "10",
                          "Probe prompts (held out)": "2"})
+    page.get_by_label("…or a hub id / local folder").fill(str(tiny_model_dir))
     page.locator("#start-btn").click()
     expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)
     run_name = page.locator("#run-select input").input_value()
     cfg = json.loads((runs.runs_dir() / run_name / "config.json").read_text())
-    assert cfg["dataset"]["source"] == "arithmetic"
-    assert (cfg["max_steps"], cfg["batch_size"], cfg["probe_every"], cfg["probe_prompts"]) == (8, 4, 1, 2)
+    assert cfg["dataset"]["source"] == "arithmetic" and cfg["model"] == str(tiny_model_dir)
+    assert (cfg["max_steps"], cfg["batch_size"], cfg["probe_every"], cfg["probe_prompts"]) == (400, 4, 10, 2)
 
     # Step 0: the base model's answers to the 2 probe prompts, scored, with the task's own metrics.
     panel = page.locator("#probes .gs-probes")

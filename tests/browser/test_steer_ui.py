@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 def test_a_weight_changed_mid_run_is_marked_and_used_from_the_next_step(page, app_url):
     page.goto(app_url)
-    # A short, light run with both default rewards (length_target and token_diversity) and no probes.
+    # A short, light run of the bundled model with the default rewards and no probes.
     fill_settings(page, {"Probe every N steps (0 = off)": "0", "Steps": "4", **LIGHT_RUN})
     page.locator("#start-btn").click()
     expect(page.locator("#train-message")).to_contain_text("Started", timeout=30_000)

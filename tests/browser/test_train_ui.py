@@ -34,7 +34,7 @@ def test_start_watch_stop_reload_and_resume(page, app_url, tiny_model_dir):
     diversity.click()
     expect(diversity).not_to_be_checked()
     # No probes, and a two-layer model with random weights from a local folder: this test is about the live view,
-    # Stop and Resume, not about what the model learns (probes and steering train the bundled model in their own).
+    # Stop and Resume, not about what the model learns (steering trains the bundled model in its own).
     # Its steps take a fraction of a second, so the run is planned long enough to be stopped by hand.
     fill_settings(page, {"Probe every N steps (0 = off)": "0", "Steps": "400", **LIGHT_RUN})
     page.get_by_label("…or a hub id / local folder").fill(str(tiny_model_dir))

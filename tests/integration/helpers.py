@@ -18,6 +18,15 @@ QUICK = dict(num_generations=4, batch_size=4, max_completion_length=24, max_step
              probe_every=0, merge_at_end=False)
 # The rewards a QUICK run scores: the default set.
 DEFAULT_REWARDS = {spec.name for spec in RunConfig().rewards}
+# What a run of the two-layer random model (tests/conftest.py's tiny_model_dir) scores unless its test says: the
+# default rewards without post_similarity, whose embedder adds about 3 s to each trainer start (each rank's, under
+# torchrun) and nothing that these tests, about processes and files rather than learning, look at.
+TINY_REWARDS = [spec for spec in RunConfig().rewards if spec.name != "post_similarity"]
+
+
+def tiny_settings(tiny_model_dir: Path) -> dict:
+    """The settings that point a run at the two-layer random model, with its rewards."""
+    return {"model": str(tiny_model_dir), "rewards": TINY_REWARDS}
 
 
 def make_run(label: str, **overrides) -> Path:

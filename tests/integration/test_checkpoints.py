@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.run_folder import run_files, runs
 
-from .helpers import ROOT, make_run, run, status
+from .helpers import ROOT, make_run, run, status, tiny_settings
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def steps_on_disk(run_dir, complete_only=True):
 
 
 def test_keep_checkpoints_keeps_the_newest_complete_ones_and_a_kill_after_rotation_resumes(tiny_model_dir, tmp_path):
-    run_dir = make_run("keep", model=str(tiny_model_dir), max_steps=4, save_steps=1, keep_checkpoints=2)
+    run_dir = make_run("keep", **tiny_settings(tiny_model_dir), max_steps=4, save_steps=1, keep_checkpoints=2)
     rotations = tmp_path / "rotations.jsonl"
 
     proc = run_with_spy(run_dir, rotations)

@@ -11,7 +11,7 @@ import pytest
 from pipeline.run_folder import run_files, runs
 from pipeline.setup.config import RewardSpec
 
-from .helpers import ROOT, make_run, run, start, status, wait_for
+from .helpers import ROOT, make_run, run, start, status, tiny_settings, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ def _metric_step(run_dir):
 
 
 def test_sigterm_stops_cleanly_then_resume_continues(tiny_model_dir):
-    run_dir = make_run("stop", model=str(tiny_model_dir), max_steps=500)
+    run_dir = make_run("stop", **tiny_settings(tiny_model_dir), max_steps=500)
     proc = start(run_dir)
     wait_for(lambda: _metric_step(run_dir) >= 1, 300, "the first step", proc)
     os.killpg(proc.pid, signal.SIGTERM)
@@ -43,7 +43,8 @@ def test_sigterm_stops_cleanly_then_resume_continues(tiny_model_dir):
 
 def test_raising_reward_fails_the_run_with_its_name_and_sample(tiny_model_dir):
     code = "def reward(completions, **kwargs):\n    raise ValueError('cannot score this')\n"
-    run_dir = make_run("badreward", model=str(tiny_model_dir), rewards=[RewardSpec("custom_python", 1.0, {"code": code})])
+    run_dir = make_run("badreward", model=str(tiny_model_dir),
+                       rewards=[RewardSpec("custom_python", 1.0, {"code": code})])
     refused = run(run_dir)
     assert refused.returncode == 1
     assert "--allow-custom-rewards" in status(run_dir)["error"]
@@ -84,7 +85,7 @@ def test_skip_policy_keeps_training_and_records_warnings(tiny_model_dir):
 
 
 def test_vllm_without_a_gpu_fails_with_a_clear_message(tiny_model_dir):
-    run_dir = make_run("vllm", model=str(tiny_model_dir), use_vllm=True)
+    run_dir = make_run("vllm", **tiny_settings(tiny_model_dir), use_vllm=True)
     proc = run(run_dir)
     assert proc.returncode == 1
     assert "use_vllm needs a CUDA GPU: turn it off to generate with transformers" in status(run_dir)["error"]
@@ -96,7 +97,7 @@ def test_sigkill_during_a_checkpoint_save_reads_as_failed_and_resume_skips_every
     but no marker, and a metrics line the kill tore. (One kill serves what used to be two tests.)"""
     import time
 
-    run_dir = make_run("kill-save", model=str(tiny_model_dir), max_steps=500, save_steps=1)
+    run_dir = make_run("kill-save", **tiny_settings(tiny_model_dir), max_steps=500, save_steps=1)
     proc = start(run_dir)
     caught = None
     deadline = time.time() + 420
@@ -161,8 +162,8 @@ HANGING = ("import subprocess\n"
 def test_a_hanging_reward_is_named_and_leaves_no_process(tiny_model_dir, policy):
     import time
 
-    run_dir = make_run(f"hang-{policy}", model=str(tiny_model_dir), max_steps=1, max_completion_length=8, probe_every=0, merge_at_end=False,
-                       reward_errors=policy, reward_timeout_s=2,
+    run_dir = make_run(f"hang-{policy}", model=str(tiny_model_dir), max_steps=1, max_completion_length=8,
+                       probe_every=0, merge_at_end=False, reward_errors=policy, reward_timeout_s=2,
                        rewards=[RewardSpec("length_target"), RewardSpec("custom_python", 1.0, {"code": HANGING})])
     proc = start(run_dir, "--allow-custom-rewards")  # its own process group, as the app starts it
     assert proc.wait(timeout=300) == (1 if policy == "fail" else 0)
@@ -187,7 +188,8 @@ def test_a_full_disk_during_a_checkpoint_save_fails_in_plain_words_and_resumes(t
     once its first checkpoint is complete: the next save can't write its 3.5 MB tokenizer file."""
     import resource
 
-    run_dir = make_run("diskfull", model=str(tiny_model_dir), max_steps=300, save_steps=1, max_completion_length=8, probe_every=0)
+    run_dir = make_run("diskfull", **tiny_settings(tiny_model_dir), max_steps=300, save_steps=1,
+                       max_completion_length=8, probe_every=0)
     proc = start(run_dir)
     wait_for(lambda: runs.last_complete_checkpoint(run_dir), 300, "a complete checkpoint", proc)
     limit = 2 * 2**20  # the run's jsonl files and log stay far below this for a few steps
@@ -233,8 +235,8 @@ def test_two_starts_at_the_same_moment_start_one_run(tiny_model_dir, monkeypatch
     def press_start(i: int):
         barrier.wait()
         try:
-            results.append(runner.start("train", cfg=RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 500}),
-                                        label=f"race-{i}"))
+            cfg = RunConfig(**{**QUICK, **tiny_settings(tiny_model_dir), "max_steps": 500})
+            results.append(runner.start("train", cfg=cfg, label=f"race-{i}"))
         except runner.RunnerError as exc:
             results.append(exc)
 

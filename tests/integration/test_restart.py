@@ -12,7 +12,7 @@ import pytest
 from pipeline.run_folder import runs
 from pipeline.setup.config import RunConfig
 
-from .helpers import QUICK, free_port, start_app_process, start_inputs, value_of, wait_for
+from .helpers import QUICK, free_port, start_app_process, start_inputs, tiny_settings, value_of, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def test_app_killed_with_its_process_group_the_trainer_survives(tiny_model_dir, 
 
     # The two-layer model, typed as a local folder, probes off and short completions: this test is about
     # processes. Its steps take a fraction of a second, so the run is planned far longer than the test lasts.
-    cfg = RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 5000, "save_steps": 10000,
+    cfg = RunConfig(**{**QUICK, **tiny_settings(tiny_model_dir), "max_steps": 5000, "save_steps": 10000,
                        "max_completion_length": 16, "probe_every": 0})
     assert cfg.save_steps > cfg.max_steps  # so the only checkpoint is the one Stop writes
 

@@ -1,6 +1,8 @@
 """The movie store on a temporary LanceDB database with the bundled embedder: build, prefiltered search,
 idempotent upserts, embedder changes, hybrid search, answers from the bundled model."""
 
+import shutil
+
 import pytest
 
 from retrieval import movies
@@ -184,20 +186,29 @@ def test_an_answer_with_no_text_says_so_beside_the_base_models(store, tiny_model
 # ---- search modes, and LanceDB's scoring-column warning ------------------------------------------------
 
 @pytest.fixture(scope="module")
-def chunks(store):
+def bundled(movie_table, tmp_path_factory):
+    """The bundled films' table with its sentence index as `make setup` leaves them (the session's, copied): the
+    build is checked above, and embedding every sentence again would cost about 20 s."""
+    target = tmp_path_factory.mktemp("bundled") / "lancedb"
+    shutil.copytree(movie_table, target)
+    return MovieStore(target)
+
+
+@pytest.fixture(scope="module")
+def chunks(bundled):
     from retrieval.chunks import PlotChunks
 
-    index = PlotChunks(store)
-    index.sync()
+    index = PlotChunks(bundled)
+    assert index.sync() == 0  # already follows the table
     return index
 
 
 @pytest.mark.parametrize("mode", search_modes.names())
-def test_every_mode_keeps_the_prefilter_and_fills_top_k_from_inside_it(store, chunks, mode):
-    info = store.info()
+def test_every_mode_keeps_the_prefilter_and_fills_top_k_from_inside_it(bundled, chunks, mode):
+    info = bundled.info()
     for low, high, genres in ((None, 1989, []), (1990, 1999, ["Thriller", "Crime"]), (2015, None, ["Horror"])):
         f = SearchFilters.parse(low, high, genres, top_k=8, known_genres=info.genres)
-        hits = search(store.table(), "the protagonist turns out to be the bad guy", f, mode, chunks=chunks)
+        hits = search(bundled.table(), "the protagonist turns out to be the bad guy", f, mode, chunks=chunks)
         inside = [m for m in movies.load_bundled() if (low is None or m.release_year >= low)
                   and (high is None or m.release_year <= high) and (not genres or m.genre in genres)]
         assert len(hits) == min(8, len(inside)), (mode, low, high, genres)
@@ -206,15 +217,15 @@ def test_every_mode_keeps_the_prefilter_and_fills_top_k_from_inside_it(store, ch
         assert len({h.id for h in hits}) == len(hits)  # a film found by several sentences appears once
     # A window narrower than top-k gives every film in it, and nothing from outside.
     f = SearchFilters.parse(1920, 1929, ["Comedy"], top_k=50, known_genres=info.genres)
-    hits = search(store.table(), "a spaceship crew fights an alien", f, mode, chunks=chunks)
+    hits = search(bundled.table(), "a spaceship crew fights an alien", f, mode, chunks=chunks)
     expected = {m.id for m in movies.load_bundled() if 1920 <= m.release_year <= 1929 and m.genre == "Comedy"}
     assert {h.id for h in hits} == expected
 
 
-def test_the_default_mode_finds_the_seeds_twist_query(store, chunks):
+def test_the_default_mode_finds_the_seeds_twist_query(bundled, chunks):
     # Capped at 1989, plain vector search returns Sherlock Jr., Full Metal Jacket, ... and no Angel Heart.
-    f = SearchFilters.parse(year_max=1989, top_k=5, known_genres=store.info().genres)
-    hits = search(store.table(), "the protagonist turns out to be the bad guy", f, DEFAULT_MODE, chunks=chunks)
+    f = SearchFilters.parse(year_max=1989, top_k=5, known_genres=bundled.info().genres)
+    hits = search(bundled.table(), "the protagonist turns out to be the bad guy", f, DEFAULT_MODE, chunks=chunks)
     assert "Angel Heart" in [h.title for h in hits], [h.label for h in hits]
 
 
@@ -238,12 +249,12 @@ def test_chunk_index_follows_the_movie_table(tmp_path):
     assert hits[0].title == films[0].title
 
 
-def test_no_scoring_column_warning_in_any_mode(store, chunks, capfd):
+def test_no_scoring_column_warning_in_any_mode(bundled, chunks, capfd):
     # LanceDB prints "search specified output columns but did not include `_distance`" (a Rust log line, on
     # the process's stderr) when a query selects columns without its score column.
     capfd.readouterr()
     for mode in search_modes.names():
-        search(store.table(), "a detective hunts a killer", SearchFilters.parse(year_max=1999, top_k=5), mode,
+        search(bundled.table(), "a detective hunts a killer", SearchFilters.parse(year_max=1999, top_k=5), mode,
                chunks=chunks)
     err = capfd.readouterr().err
     assert "did not include" not in err and "disable_scoring_autoprojection" not in err, err[-600:]

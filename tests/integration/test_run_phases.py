@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from .helpers import ROOT, make_run, status
+from .helpers import ROOT, make_run, status, tiny_settings
 
 # The trainer, with every status write's `phase` recorded as it is written.
 WITH_PHASE_LOG = """
@@ -25,7 +25,7 @@ sys.exit(train.main(["--run-dir", sys.argv[1]]))
 
 
 def test_the_trainer_says_what_it_does_between_steps(tiny_model_dir, tmp_path):
-    run_dir = make_run("phases", model=str(tiny_model_dir), max_steps=2, probe_every=2, probe_prompts=2,
+    run_dir = make_run("phases", **tiny_settings(tiny_model_dir), max_steps=2, probe_every=2, probe_prompts=2,
                        merge_at_end=True)
     log = tmp_path / "phases.jsonl"
     done = subprocess.run([sys.executable, "-c", WITH_PHASE_LOG, str(run_dir), str(log)], cwd=ROOT,

@@ -10,7 +10,7 @@ from pipeline import runner, spare_worker
 from pipeline.run_folder import jobstate, runs
 from pipeline.setup.config import RunConfig
 
-from .helpers import QUICK, make_run, poll, run, wait_for
+from .helpers import QUICK, make_run, poll, run, tiny_settings, wait_for
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def rewards(run_dir):
 
 def test_a_run_started_in_a_spare_trains_as_a_fresh_process_does_and_a_new_spare_follows(spares, tiny_model_dir):
     spare = ready_spare()
-    settings = {**QUICK, "model": str(tiny_model_dir)}
+    settings = {**QUICK, **tiny_settings(tiny_model_dir)}
     run_dir = runner.start("train", cfg=RunConfig(**settings), label="spare")
     launcher = json.loads((run_dir / "launcher.json").read_text())
     assert launcher["pid"] == spare.proc.pid
@@ -58,7 +58,7 @@ def test_a_run_started_in_a_spare_trains_as_a_fresh_process_does_and_a_new_spare
 
 def test_stop_ends_a_run_started_in_a_spare(spares, tiny_model_dir):
     spare = ready_spare()
-    run_dir = runner.start("train", cfg=RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 500}),
+    run_dir = runner.start("train", cfg=RunConfig(**{**QUICK, **tiny_settings(tiny_model_dir), "max_steps": 500}),
                            label="spare-stop")
     assert json.loads((run_dir / "launcher.json").read_text())["pid"] == spare.proc.pid
     wait_for(lambda: runs.read_metrics(run_dir), 300, "a first step")

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.run_folder import runs, token_log
 
-from .helpers import ROOT, make_run, status
+from .helpers import ROOT, make_run, status, tiny_settings
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ def test_each_completions_token_values_are_the_loss_pass_values_of_that_completi
     from transformers import AutoTokenizer
 
     # Two groups of 4 a micro-batch, two micro-batches a step: each step's 16 rows are shuffled across the two.
-    run_dir = make_run("tokens", model=str(tiny_model_dir), batch_size=8, gradient_accumulation_steps=2,
+    run_dir = make_run("tokens", **tiny_settings(tiny_model_dir), batch_size=8, gradient_accumulation_steps=2,
                        fast_engine=fast_engine, max_steps=2)
     spy_log = tmp_path / "spy.jsonl"
     proc = subprocess.run([sys.executable, "-m", "tests.integration.token_spy", "--run-dir", str(run_dir)],

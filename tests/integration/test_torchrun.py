@@ -20,9 +20,9 @@ def test_two_cpu_ranks_train_then_stop_reaches_every_rank_and_the_next_run_start
     from pipeline import runner
     from pipeline.setup.config import RunConfig
 
-    from .helpers import QUICK, wait_for
+    from .helpers import QUICK, tiny_settings, wait_for
 
-    cfg = RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 500, "max_completion_length": 16,
+    cfg = RunConfig(**{**QUICK, **tiny_settings(tiny_model_dir), "max_steps": 500, "max_completion_length": 16,
                        "merge_at_end": True})
     run_dir = runner.start("train", cfg=cfg, label="torchrun-stop", nproc=2)
     wait_for(lambda: (runs.read_metrics(run_dir) or [{}])[-1].get("step", 0) >= 1, 900, "a first step")
@@ -57,7 +57,7 @@ def test_two_cpu_ranks_train_then_stop_reaches_every_rank_and_the_next_run_start
         texts = ["".join(t for k, t in enumerate(e["tokens"]) if k not in e.get("special", [])) for e in entries]
         assert texts == [c["completion"] for group in step["groups"] for c in group["completions"]]
 
-    nxt = runner.start("train", cfg=RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 1}),
+    nxt = runner.start("train", cfg=RunConfig(**{**QUICK, **tiny_settings(tiny_model_dir), "max_steps": 1}),
                        label="after-stop")
     assert runs.read_status(nxt)["state"] in runs.ACTIVE_STATES
     runner.stop("train", nxt, grace_s=300)
@@ -71,14 +71,14 @@ def test_a_failure_on_rank_1_reaches_the_status_and_the_log_and_stop_ends_the_re
     from pipeline import runner
     from pipeline.setup.config import RewardSpec, RunConfig
 
-    from .helpers import QUICK, wait_for
+    from .helpers import QUICK, tiny_settings, wait_for
 
     code = ("import os\n"
             "def reward(completions, **kwargs):\n"
             "    if os.environ.get('RANK') == '1':\n"
             "        raise ValueError('only rank 1 cannot score this')\n"
             "    return [0.0 for _ in completions]\n")
-    cfg = RunConfig(**{**QUICK, "model": str(tiny_model_dir), "max_steps": 3, "max_completion_length": 8,
+    cfg = RunConfig(**{**QUICK, **tiny_settings(tiny_model_dir), "max_steps": 3, "max_completion_length": 8,
                        "probe_every": 0,
                        "rewards": [RewardSpec("custom_python", 1.0, {"code": code})]})
     run_dir = runner.start("train", cfg=cfg, label="rank1-fails", nproc=2, allow_custom_rewards=True)
