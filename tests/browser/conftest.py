@@ -13,6 +13,9 @@ from tests.integration.helpers import free_port, start_app_process
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+# How long an `expect` without its own timeout waits: Playwright's 5 s is less than a page can take to draw the
+# app on two busy cores (a trainer on one, the other worker's tests on the other). Only a failing check waits it out.
+expect.set_options(timeout=20_000)
 
 
 def start_app(port: int, *extra: str) -> subprocess.Popen:
