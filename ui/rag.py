@@ -294,14 +294,14 @@ def build(ctx: TabContext) -> Tab:
                     top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Top-k films", elem_id="rag-top-k")
                     mode = gr.Radio(search_modes.choices(), value=DEFAULT_MODE, label="Search",
                                     elem_id="rag-mode")
-                with gr.Row():
+                with gr.Column():  # stacked: a tuned run's name needs the column's whole width
                     model = gr.Dropdown(label="Answering model", choices=chat_choices(),
-                                        value=default_choice(source=ANSWER_SOURCE), elem_id="rag-model", scale=3,
+                                        value=default_choice(source=ANSWER_SOURCE), elem_id="rag-model",
                                         info="At first the newest run tuned on Movie questions, else the base "
                                              "model: a run tuned for another task answers film questions no "
                                              "better.")
-                    compare = gr.Checkbox(label="Compare with base", value=False, elem_id="rag-compare", scale=1,
-                                          info="a tuned run's base model answers from the same films, beside it")
+                    compare = gr.Checkbox(label="Compare with base", value=False, elem_id="rag-compare",
+                                          info="A tuned run's base model answers from the same films, beside it.")
                     offered = gr.State(model.value)  # the default given, to tell it from a user's pick
                     # Pressed by the page's poll when a run finishes or saves a checkpoint while the tab shows.
                     followed = gr.Button("Re-read the models", elem_id="rag-models-refresh",
