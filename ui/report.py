@@ -221,11 +221,11 @@ def report_html(run_dir: str | Path, now: datetime.datetime | None = None) -> st
             f"report</title><style>{css}</style></head><body>{''.join(sections)}</body></html>")
 
 
-def write_report(run_dir: str | Path) -> Path:
-    """The report written to the exports folder as `<run>-report.html` (an export of the run: it goes with the
-    run when the run is deleted with its exports)."""
+def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """The report written to `out`, by default to the exports folder as `<run>-report.html` (an export of the run:
+    it goes with the run when the run is deleted with its exports)."""
     run_dir = Path(run_dir)
-    out = runs.exports_dir() / f"{run_dir.name}-report.html"
+    out = Path(out) if out else runs.exports_dir() / f"{run_dir.name}-report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(report_html(run_dir), encoding="utf-8")
@@ -245,12 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if runs.read_json(run_dir / run_files.CONFIG) is None and not (run_dir / run_files.METRICS).exists():
         print(f"{run_dir} is not a run folder: it has no {run_files.CONFIG} or {run_files.METRICS}.")
         return 2
-    if args.out:
-        Path(args.out).write_text(report_html(run_dir), encoding="utf-8")
-        out = Path(args.out)
-    else:
-        out = write_report(run_dir)
-    print(f"Wrote {out}")
+    print(f"Wrote {write_report(run_dir, args.out)}")
     return 0
 
 
