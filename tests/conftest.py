@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT))
 
 # No spare workers (pipeline/spare_worker.py) in the tests: pytest names each test's phase in the environment, so a
 # spare prepared in one phase never matches a run of the next, and its imports would take a core from the other
-# worker. The tests of spares turn them on.
+# worker. The tests of spares turn them on, and so does the browser tests' app (its environment stays fixed).
 os.environ.setdefault("GRPO_STUDIO_SPARE_WORKER", "0")
 
 if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -19,7 +19,11 @@ expect.set_options(timeout=20_000)
 
 
 def start_app(port: int, *extra: str) -> subprocess.Popen:
-    return start_app_process(port, *extra, log_path=ARTIFACTS / f"app-{port}.log")
+    """The app as users run it, spare worker included: its environment stays the one it started with, so the jobs
+    it starts match its spare (tests/conftest.py turns spares off for apps served inside pytest, whose environment
+    names each test)."""
+    return start_app_process(port, *extra, log_path=ARTIFACTS / f"app-{port}.log",
+                             env={"GRPO_STUDIO_SPARE_WORKER": "1"})
 
 
 @pytest.fixture(scope="session")

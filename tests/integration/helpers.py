@@ -130,17 +130,19 @@ def serve_app(*flags: str):
     return app.serve(app.parse_args(["--port", str(free_port()), *flags]), prevent_thread_lock=True)
 
 
-def start_app_process(port: int, *flags: str, log_path: Path | None = None,
-                      own_group: bool = False) -> subprocess.Popen:
+def start_app_process(port: int, *flags: str, log_path: Path | None = None, own_group: bool = False,
+                      env: dict | None = None) -> subprocess.Popen:
     """`python app.py` as a separate process (as `make run` starts it); waits until it answers.
 
     own_group: the app leads a process group of its own, as a shell job does, so a test can signal the
-    whole group (what Ctrl-C or a closed terminal reaches) without signalling pytest."""
+    whole group (what Ctrl-C or a closed terminal reaches) without signalling pytest.
+    env: variables set for the app on top of this process's environment."""
     import urllib.request
 
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), *flags], cwd=ROOT, env=os.environ.copy(),
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=own_group)
+    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), *flags], cwd=ROOT,
+                            env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=own_group)
     deadline = time.time() + 120
     while time.time() < deadline:
         try:
