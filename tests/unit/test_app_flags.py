@@ -68,3 +68,20 @@ def test_local_folders_and_the_hub_token_are_the_operators_to_give(tmp_path):
     finally:
         sources.allow_local_dirs([])
         sources.withhold_hub_token(False)
+
+
+def test_the_queue_looks_for_events_at_a_pace_that_leaves_the_core_to_training():
+    """Gradio's queue checks for a new event every millisecond when it has none; the app's checks every 20 ms. The
+    attributes set must be the ones Gradio's loops read, or the setting would do nothing after an upgrade."""
+    import inspect
+
+    import gradio as gr
+    from gradio import queueing
+
+    assert "self.sleep_when_free" in inspect.getsource(queueing.Queue.start_processing)
+    assert "self.progress_update_sleep_when_free" in inspect.getsource(queueing.Queue.start_progress_updates)
+    with gr.Blocks() as demo:
+        gr.Button("x").click(lambda: None)
+    queue = app.open_queue(demo)._queue
+    assert queue.sleep_when_free == app.QUEUE_IDLE_CHECK_S == 0.02
+    assert queue.progress_update_sleep_when_free == app.QUEUE_PROGRESS_CHECK_S == 0.1
