@@ -186,9 +186,7 @@ def apply_overrides(config: dict, launches: list[dict]) -> dict:
 def effective_config(run_dir: str | Path) -> dict:
     """The settings the run trains with: config.json plus the overrides in launches.jsonl ({} when
     config.json can't be read; a config.json of `{}`, every setting at its default, gives the overrides alone)."""
-    run_dir = Path(run_dir)
-    cfg = _read_json(run_dir / run_files.CONFIG)
-    return apply_overrides(cfg, read_launches(run_dir)) if cfg is not None else {}
+    return Snapshot(run_dir).config
 
 
 def log_tail(run_dir: str | Path, lines: int = 40, name: str = run_files.TRAIN_LOG) -> str:
@@ -228,9 +226,16 @@ class Snapshot:
         return self.state in ACTIVE_STATES
 
     @functools.cached_property
+    def written_config(self) -> dict | None:
+        """config.json as the run was created with it; None when it can't be read."""
+        return _read_json(self.run_dir / run_files.CONFIG)
+
+    @functools.cached_property
     def config(self) -> dict:
-        """The effective config (config.json plus --steps overrides); {} when config.json can't be read."""
-        return effective_config(self.run_dir)
+        """The effective config (config.json plus --steps overrides); {} when config.json can't be read (see
+        written_config to tell that from a config.json of `{}`)."""
+        written = self.written_config
+        return apply_overrides(written, read_launches(self.run_dir)) if written is not None else {}
 
     @functools.cached_property
     def problems(self) -> list[str]:
