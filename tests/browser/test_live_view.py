@@ -50,7 +50,7 @@ def test_no_event_while_nothing_changes_and_a_redraw_when_a_step_lands(page, app
             if len(data) == 6 and isinstance(data[5], str):  # the live view's Refresh: its last input, the parts
                 redraws.append(set(data[5].split()))
         elif "/run/live_stamps" in request.url:
-            polls.append(request.url)
+            polls.append((request.post_data_json or {}).get("session_hash"))
 
     page.on("request", seen)
     page.goto(app_url)
@@ -60,6 +60,9 @@ def test_no_event_while_nothing_changes_and_a_redraw_when_a_step_lands(page, app
     events.clear(), polls.clear()
     page.wait_for_timeout(6_000)
     assert len(polls) >= 4, polls  # the page keeps asking...
+    # ...in its own Gradio session: a call with none makes the app build a new session (every component's
+    # config) each second, which cost it about 50 ms of CPU a poll.
+    assert set(polls) == {page.evaluate("window.__gradio_session_hash__")} and polls[0], polls
     assert events == [], events  # ...and sends no Gradio event while the run files stay the same
 
     runs.append_jsonl(watched_run / "metrics.jsonl", metrics_line(2))
