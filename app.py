@@ -27,6 +27,16 @@ def page_css() -> str:
 QUEUE_SIZE = 64  # requests that may wait; more get a "busy" answer at once (--queue-size)
 
 
+def server_options() -> dict:
+    """The FastAPI options the app is launched with: the script every page runs before Gradio's own
+    (ui/first_script.py: stops a status-tracker timer Gradio leaves running on every open page)."""
+    from starlette.middleware import Middleware
+
+    from ui.first_script import FirstScript
+
+    return {"middleware": [Middleware(FirstScript)]}
+
+
 def build_app(allow_custom_rewards: bool = False, lancedb_uri: str | None = None, tabs: list | None = None,
               queue_size: int = QUEUE_SIZE, operators: frozenset[str] = frozenset()):
     """The Blocks with every tab, its queue opened (open_queue): what `serve` launches and the tests build."""
@@ -184,7 +194,8 @@ def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
     _, url, _ = demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth or None,
                             max_file_size=f"{args.max_upload_mb}mb", css=page_css(),
                             show_error=False, allowed_paths=[str(data / "exports")],
-                            blocked_paths=blocked, prevent_thread_lock=True, quiet=prevent_thread_lock)
+                            blocked_paths=blocked, prevent_thread_lock=True, quiet=prevent_thread_lock,
+                            app_kwargs=server_options())
     # Both in processes of their own, while the page loads, so that the first Start finds them ready: the bundled
     # model's conversion (once per data folder) and a spare worker with the training libraries imported.
     start_bundled_conversion()
