@@ -146,10 +146,11 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
 
 
 def plot_colors(colors: dict | None) -> dict[str, Any]:
-    """The second event of a redraw: each redrawn plot's colour per series, sent after its data. A plot builds its
-    legend when its colour map changes, from the data it holds at that moment, so a series that appears mid-run
-    (a steering marker, a reward turned monitor) is in the legend only when its map comes after its data; an
-    unchanged map leaves the plot as it is."""
+    """The second event of a redraw whose colours changed: each redrawn plot's colour per series, sent after its
+    data. A plot builds its legend when its colour map changes, from the data it holds at that moment, so a series
+    that appears mid-run (a steering marker, a reward turned monitor) is in the legend only when its map comes
+    after its data; an unchanged map leaves the plot as it is, so a redraw with the same colours needs no second
+    event."""
     return {name: gr.LinePlot(color_map=colors_of) for name, colors_of in (colors or {}).items()}
 
 

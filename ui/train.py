@@ -299,9 +299,11 @@ def build(ctx: TabContext) -> Tab:
         live_plots = {name: shown[name] for name in PLOTS}
         live_refresh.click(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),
                            js=watch.take_moved_js("live-refresh", len(live_inputs)), show_progress="hidden",
-                           trigger_mode="always_last", api_visibility="private").then(
-            keyed(plot_colors, live_plots), shown["plot_colors"], list(live_plots.values()), show_progress="hidden",
-            api_visibility="private")
+                           trigger_mode="always_last", api_visibility="private")
+        # The colours follow in a second event only when they changed (a series appeared or went): each event
+        # costs the page a pass over every component that has shown a status, whatever its outputs.
+        shown["plot_colors"].change(keyed(plot_colors, live_plots), shown["plot_colors"], list(live_plots.values()),
+                                    show_progress="hidden", api_visibility="private")
         follow_runs = watch.follow("progress", "live-refresh", tuple(PART_OUTPUTS))
         follow_steering = steer_panel.wire(steer, run_select, allow, ops)
     return Tab(loads=(PageLoad(refresh_runs, [run_select], listed),
