@@ -300,8 +300,8 @@ def build(ctx: TabContext) -> Tab:
         live_refresh.click(keyed(live_view, live_outputs), live_inputs, list(live_outputs.values()),
                            js=watch.take_moved_js("live-refresh", len(live_inputs)), show_progress="hidden",
                            trigger_mode="always_last", api_visibility="private")
-        # The colours follow in a second event only when they changed (a series appeared or went): each event
-        # costs the page a pass over every component that has shown a status, whatever its outputs.
+        # The colours follow in a second event only when they changed (a series appeared or went, or another set of
+        # plots was redrawn): each event costs the page a pass over every component that has shown a status.
         shown["plot_colors"].change(keyed(plot_colors, live_plots), shown["plot_colors"], list(live_plots.values()),
                                     show_progress="hidden", api_visibility="private")
         follow_runs = watch.follow("progress", "live-refresh", tuple(PART_OUTPUTS))

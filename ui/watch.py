@@ -38,6 +38,7 @@ POLL_JS = """() => {
     return moved.join(' ');
   };
   const api = new URL('gradio_api/run/%(endpoint)s', document.baseURI);
+  const ownSession = 'watch-' + Math.random().toString(36).slice(2);  // until Gradio has set the page's
   const value = (id) => (document.querySelector(id + ' input') || {}).value || null;
   const onScreen = (id) => { const el = document.getElementById(id); return !!el && el.offsetParent !== null; };
   let busy = false;
@@ -48,8 +49,7 @@ POLL_JS = """() => {
     try {
       // The page's own Gradio session: a call without one makes Gradio build a new session, the config of
       // every component on the page, for each poll (about 50 ms of the app's CPU against 3).
-      watch.session = watch.session || 'watch-' + Math.random().toString(36).slice(2);  // before Gradio's is set
-      const session = window.__gradio_session_hash__ || watch.session;
+      const session = window.__gradio_session_hash__ || ownSession;
       const reply = await fetch(api, {method: 'POST', headers: {'Content-Type': 'application/json'},
                                       body: JSON.stringify({data: [value('#run-select'), value('#action-run')],
                                                             session_hash: session})});
