@@ -2,6 +2,7 @@
 with a Content-Length that matches; every other response passes through as it was sent."""
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 from ui.first_script import FirstScript, with_first_script
 
@@ -25,7 +26,9 @@ def serve(headers, chunks, method="GET", script="go()"):
         return {"type": "http.request", "body": b"", "more_body": False}
 
     scope = {"type": "http", "method": method, "path": "/", "headers": []}
-    asyncio.run(FirstScript(inner, script)(scope, receive, send))
+    # In a thread of its own: a test before this one on the same worker may have left an event loop running.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, FirstScript(inner, script)(scope, receive, send)).result()
     return sent
 
 
