@@ -408,7 +408,8 @@ class RunConfig:
         if ds.source not in DATASET_SOURCES:
             out.append(f"Unknown dataset source '{ds.source}'. Choose one of: {', '.join(DATASET_SOURCES)}.")
         if ds.source == "file" and not ds.path:
-            out.append("Dataset source 'file' needs a CSV or JSONL path.")
+            out.append("No prompts file yet: upload a CSV, TSV, JSONL or JSON file with a prompt column "
+                       "(in config.json, dataset.path).")
         if ds.source == "hub" and not ds.hub_id:
             out.append("Dataset source 'hub' needs a dataset id such as 'mlabonne/smoltldr'.")
         elif ds.source == "hub":

@@ -187,6 +187,8 @@ def read_table(path: str | Path) -> tuple[list[dict], list[str]]:
     name = shown_name(path)
     if not path.exists():
         raise DatasetError(f"{name}: file not found.")
+    if not path.is_file():
+        raise DatasetError(f"{name}: a folder, not a file. Give a CSV, TSV, JSONL or JSON file.")
     size = path.stat().st_size
     if size == 0:
         raise DatasetError(f"{name}: the file is empty.")
@@ -287,6 +289,9 @@ def rows_from_records(records: list[dict], columns: list[str], spec: DatasetSpec
 
 
 def file_rows(spec: DatasetSpec) -> list[dict]:
+    if not spec.path.strip():  # the upload was refused, or none was made yet
+        raise DatasetError("No prompts file yet: upload a CSV, TSV, JSONL or JSON file with a prompt column "
+                           "(in config.json, dataset.path).")
     records, columns = read_table(spec.path)
     return rows_from_records(records, columns, spec, shown_name(spec.path))
 

@@ -26,16 +26,19 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
 
     checks: list[Check] = []
     problems = cfg.problems(allow_custom_rewards=allow_custom_rewards)
-    checks.append(Check("settings", not problems, "; ".join(problems) or
+    checks.append(Check("settings", not problems, " ".join(problems) or
                         f"G={cfg.num_generations}, {cfg.batch_size // max(cfg.num_generations, 1)} prompt(s) per step, "
                         f"{cfg.max_steps} steps."))
+    train: list[dict] = []
+    no_file = cfg.dataset.source == "file" and not cfg.dataset.path.strip()  # the settings line says so
     try:
-        train, held = load_dataset_split(cfg.dataset, cfg.seed)
-        message = f"{len(train)} training prompts, {len(held)} held out."
-        if cfg.keep_signal_prompts and cfg.signal_prompts:  # without a scan, the settings check says so
-            train = keep_prompts(train, cfg.signal_prompts)
-            message += f" The run trains on the {len(train)} the learnability scan found signal on."
-        checks.append(Check("dataset", True, message))
+        if not no_file:
+            train, held = load_dataset_split(cfg.dataset, cfg.seed)
+            message = f"{len(train)} training prompts, {len(held)} held out."
+            if cfg.keep_signal_prompts and cfg.signal_prompts:  # without a scan, the settings check says so
+                train = keep_prompts(train, cfg.signal_prompts)
+                message += f" The run trains on the {len(train)} the learnability scan found signal on."
+            checks.append(Check("dataset", True, message))
     except DatasetError as exc:
         checks.append(Check("dataset", False, str(exc)))
         train = []

@@ -26,6 +26,11 @@ def test_each_problem_is_named(bundled_model_dir, tmp_path):
     assert not checks["settings"].ok and "multiple of the group size" in checks["settings"].message
     assert not checks["dataset"].ok and "no column 'prompt'" in checks["dataset"].message
 
+    # Upload picked, but the file was refused (not UTF-8, say): the form has no path. One line says so.
+    checks = preflight(RunConfig(dataset=DatasetSpec(source="file", path=""), rewards=[RewardSpec("length_target")]))
+    assert [(c.name, c.ok) for c in checks][:2] == [("settings", False), ("model", True)], checks
+    assert checks[0].message.startswith("No prompts file yet: upload a CSV, TSV, JSONL or JSON file")
+
     checks = by_name(preflight(RunConfig(model="/nowhere/model")))
     assert not checks["model"].ok and "bundled" in checks["model"].message
 

@@ -106,6 +106,16 @@ def test_missing_file(tmp_path):
         load_rows(_spec(tmp_path / "nothere.csv"))
 
 
+def test_no_file_or_a_folder_is_a_plain_dataset_error(tmp_path):
+    """An upload that was refused leaves the path empty; the form must say so, not fail on reading '.'."""
+    with pytest.raises(DatasetError, match=r"^No prompts file yet: upload a CSV"):
+        load_rows(DatasetSpec(source="file", path=""))
+    folder = tmp_path / "prompts"
+    folder.mkdir()
+    with pytest.raises(DatasetError, match=r"^prompts: a folder, not a file\."):
+        load_rows(_spec(folder))
+
+
 def test_prompt_budget(tmp_path):
     rows = [{"prompt": [{"role": "user", "content": "x" * n}]} for n in (10, 500)]
     count = lambda msgs: len(msgs[-1]["content"])  # noqa: E731 - stands in for a tokenizer
