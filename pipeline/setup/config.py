@@ -69,6 +69,24 @@ class DatasetSpec:
         default=0.1, metadata=_help("Share of rows held out for evaluation; they are never trained on.")
     )
 
+    def problems(self) -> list[str]:
+        """Why these prompts can't be read, before anything is (pre-flight lists them as the dataset's)."""
+        out = []
+        if self.source not in DATASET_SOURCES:
+            out.append(f"Unknown dataset source '{self.source}'. Choose one of: {', '.join(DATASET_SOURCES)}.")
+        if self.source == "file" and not self.path.strip():
+            out.append("No prompts file yet: upload a CSV, TSV, JSONL or JSON file with a prompt column "
+                       "(in config.json, dataset.path).")
+        if self.source == "hub" and not self.hub_id.strip():
+            out.append("No hub dataset id yet: type one such as 'mlabonne/smoltldr'.")
+        elif self.source == "hub":
+            out.extend(_source_problems(self.hub_id, "dataset"))
+        if not 0 <= self.eval_fraction < 0.9:
+            out.append("eval_fraction must be between 0 and 0.9.")
+        if self.limit < 0:
+            out.append("limit cannot be negative (0 means all rows).")
+        return out
+
 
 @dataclass
 class RunConfig:
@@ -382,10 +400,7 @@ class RunConfig:
             outside = range_problem(f.name, f.metadata, getattr(self, f.name))
             if outside:
                 out.append(outside)
-        if not str(self.model).strip():
-            out.append("Pick a model: the bundled SmolLM2 works offline.")
-        elif self.model not in (BUNDLED_MODEL_ID, BUNDLED_LABEL):
-            out.extend(_source_problems(self.model, "model"))
+        out.extend(self.model_problems())
         if self.batch_size >= 1 and self.batch_size % max(self.num_generations, 1):  # below 1: its range says so
             g = max(self.num_generations, 1)
             below = max(self.batch_size // g * g, g)  # the multiples of G nearest the batch asked for
@@ -405,19 +420,7 @@ class RunConfig:
             out.append(QLORA_VLLM)
 
         ds = self.dataset
-        if ds.source not in DATASET_SOURCES:
-            out.append(f"Unknown dataset source '{ds.source}'. Choose one of: {', '.join(DATASET_SOURCES)}.")
-        if ds.source == "file" and not ds.path:
-            out.append("No prompts file yet: upload a CSV, TSV, JSONL or JSON file with a prompt column "
-                       "(in config.json, dataset.path).")
-        if ds.source == "hub" and not ds.hub_id:
-            out.append("Dataset source 'hub' needs a dataset id such as 'mlabonne/smoltldr'.")
-        elif ds.source == "hub":
-            out.extend(_source_problems(ds.hub_id, "dataset"))
-        if not 0 <= ds.eval_fraction < 0.9:
-            out.append("eval_fraction must be between 0 and 0.9.")
-        if ds.limit < 0:
-            out.append("limit cannot be negative (0 means all rows).")
+        out.extend(ds.problems())
 
         if self.keep_signal_prompts:
             out.extend(self._signal_problems())
@@ -466,6 +469,12 @@ class RunConfig:
             return [f"The learnability scan kept {len(set(kept))} prompt(s) with signal, fewer than the {per_round} "
                     "prompts one generation round takes. Scan more prompts, or lower the batch."]
         return []
+
+    def model_problems(self) -> list[str]:
+        """The reasons in problems() that are about the model field alone (pre-flight lists them as the model's)."""
+        if not str(self.model).strip():
+            return ["Pick a model: the bundled SmolLM2 works offline."]
+        return [] if self.model in (BUNDLED_MODEL_ID, BUNDLED_LABEL) else _source_problems(self.model, "model")
 
     def validate(self, allow_custom_rewards: bool = False) -> "RunConfig":
         problems = self.problems(allow_custom_rewards=allow_custom_rewards)

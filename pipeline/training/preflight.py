@@ -26,23 +26,28 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
 
     checks: list[Check] = []
     problems = cfg.problems(allow_custom_rewards=allow_custom_rewards)
-    checks.append(Check("settings", not problems, " ".join(problems) or
+    # Each problem once, under its own heading: the model's and the dataset's fields have lines of their own.
+    model_problems, dataset_problems = cfg.model_problems(), cfg.dataset.problems()
+    rest = [p for p in problems if p not in model_problems + dataset_problems]
+    checks.append(Check("settings", not rest, " ".join(rest) or
                         f"G={cfg.num_generations}, {cfg.batch_size // max(cfg.num_generations, 1)} prompt(s) per step, "
                         f"{cfg.max_steps} steps."))
     train: list[dict] = []
-    no_file = cfg.dataset.source == "file" and not cfg.dataset.path.strip()  # the settings line says so
     try:
-        if not no_file:
-            train, held = load_dataset_split(cfg.dataset, cfg.seed)
-            message = f"{len(train)} training prompts, {len(held)} held out."
-            if cfg.keep_signal_prompts and cfg.signal_prompts:  # without a scan, the settings check says so
-                train = keep_prompts(train, cfg.signal_prompts)
-                message += f" The run trains on the {len(train)} the learnability scan found signal on."
-            checks.append(Check("dataset", True, message))
+        if dataset_problems:
+            raise DatasetError(" ".join(dataset_problems))
+        train, held = load_dataset_split(cfg.dataset, cfg.seed)
+        message = f"{len(train)} training prompts, {len(held)} held out."
+        if cfg.keep_signal_prompts and cfg.signal_prompts:  # without a scan, the settings check says so
+            train = keep_prompts(train, cfg.signal_prompts)
+            message += f" The run trains on the {len(train)} the learnability scan found signal on."
+        checks.append(Check("dataset", True, message))
     except DatasetError as exc:
         checks.append(Check("dataset", False, str(exc)))
         train = []
     try:
+        if model_problems:
+            raise ModelError(" ".join(model_problems))
         tokenizer = load_tokenizer(resolve_model(cfg.model))
         checks.append(Check("model", True, f"'{cfg.model}' can be loaded."))
     except (ModelError, OSError, ValueError) as exc:

@@ -26,13 +26,20 @@ def test_each_problem_is_named(bundled_model_dir, tmp_path):
     assert not checks["settings"].ok and "multiple of the group size" in checks["settings"].message
     assert not checks["dataset"].ok and "no column 'prompt'" in checks["dataset"].message
 
-    # Upload picked, but the file was refused (not UTF-8, say): the form has no path. One line says so.
+    # Upload picked, but the file was refused (not UTF-8, say): the form has no path. Each problem is said once,
+    # under its own heading (the dataset's, the model's), and the other settings pass.
     checks = preflight(RunConfig(dataset=DatasetSpec(source="file", path=""), rewards=[RewardSpec("length_target")]))
-    assert [(c.name, c.ok) for c in checks][:2] == [("settings", False), ("model", True)], checks
-    assert checks[0].message.startswith("No prompts file yet: upload a CSV, TSV, JSONL or JSON file")
+    assert [(c.name, c.ok) for c in checks][:3] == [("settings", True), ("dataset", False), ("model", True)], checks
+    assert checks[1].message.startswith("No prompts file yet: upload a CSV, TSV, JSONL or JSON file")
+    checks = preflight(RunConfig(model="/etc", dataset=DatasetSpec(source="hub", hub_id=""),
+                                 rewards=[RewardSpec("length_target")]))
+    assert [(c.name, c.ok) for c in checks][:3] == [("settings", True), ("dataset", False), ("model", False)], checks
+    assert checks[1].message == "No hub dataset id yet: type one such as 'mlabonne/smoltldr'."
+    assert checks[2].message.startswith("'/etc' is outside the folders this app reads models from.")
 
     checks = by_name(preflight(RunConfig(model="/nowhere/model")))
-    assert not checks["model"].ok and "bundled" in checks["model"].message
+    assert not checks["model"].ok and "'/nowhere/model' is outside the folders" in checks["model"].message
+    assert checks["settings"].ok  # said once, under the model
 
     checks = by_name(preflight(RunConfig(max_prompt_tokens=20)))
     assert not checks["budget"].ok and "20-token budget" in checks["budget"].message
