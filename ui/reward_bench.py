@@ -3,6 +3,8 @@ group mean, std and advantages exactly as the trainer computes them. Debug rewar
 
 from __future__ import annotations
 
+import math
+
 import gradio as gr
 
 from pipeline.rewards.advantages import group_advantages, group_stats
@@ -36,11 +38,24 @@ def split_candidates(text: str) -> list[str]:
 
 
 def parse_raw(text: str) -> list[float]:
+    """Typed raw rewards, as numbers; anything else (a word, inf, nan) is refused in plain words.
+
+    >>> parse_raw("[1, 0.5,0]")
+    [1.0, 0.5, 0.0]
+    >>> parse_raw("1e400, 1")
+    Traceback (most recent call last):
+    ...
+    pipeline.setup.config.ConfigError: Raw reward '1e400' is not a finite number; type finite ones.
+    """
     cleaned = (text or "").replace("[", " ").replace("]", " ").replace(",", " ").split()
     try:
-        return [float(x) for x in cleaned]
+        values = [float(x) for x in cleaned]
     except ValueError:
         raise ConfigError("Raw rewards must be numbers separated by commas, e.g. 1,1,1,1,0,0,0,0.") from None
+    for word, value in zip(cleaned, values):
+        if not math.isfinite(value):
+            raise ConfigError(f"Raw reward '{word}' is not a finite number; type finite ones.")
+    return values
 
 
 # What the result side says before the first group is scored.
