@@ -20,6 +20,8 @@ from ui.probes_view import fmt_score
 from ui.tab import Tab, TabContext
 
 SEPARATOR = "---"
+MAX_G = 64  # the largest group the bench samples
+MAX_NEW_TOKENS = 512  # as Chat's longest reply
 BENCH_TIMEOUT_S = 30.0
 EXAMPLE_PROMPT = ("My neighbour's dog barks from 6 a.m. every day. I've asked twice, politely, and nothing "
                   "changed. Should I talk to the landlord or keep trying with the neighbour?")
@@ -314,9 +316,11 @@ def build(ctx: TabContext) -> Tab:
                     model = gr.Dropdown(choices=catalog_choices(), value=BUNDLED_MODEL_ID, label="Model",
                                         allow_custom_value=True)
                     with gr.Row():
-                        g = gr.Number(value=4, precision=0, label="G")
-                        temperature = gr.Number(value=1.0, label="Temperature")
-                        max_tokens = gr.Number(value=48, precision=0, label="Max new tokens")
+                        # Bounded as Chat's replies are (the two share one queue): a group, not a batch job.
+                        g = gr.Number(value=4, precision=0, minimum=2, maximum=MAX_G, label=f"G (2-{MAX_G})")
+                        temperature = gr.Number(value=1.0, minimum=0, maximum=2, label="Temperature (0-2)")
+                        max_tokens = gr.Number(value=48, precision=0, minimum=1, maximum=MAX_NEW_TOKENS,
+                                               label=f"Max new tokens (up to {MAX_NEW_TOKENS})")
                     sample_btn = gr.Button("Sample G completions")
                 with gr.Accordion("Load a group from a run instead", open=False, elem_id="bench-load") as load_fold:
                     with gr.Row():

@@ -89,6 +89,14 @@ def test_reward_bench_samples_with_the_model_chat_uses(app):
     ids = {f.name: f.concurrency_id for f in fns if f.name in ("sample_group", "respond")}
     assert ids["sample_group"] == ids["respond"], ids
 
+    # A group, not a batch job: out-of-range sizes are refused before any model loads or samples.
+    from gradio_client.exceptions import AppError
+
+    for g, tokens, refused in ((1000, 6, "1000 is greater than maximum value 64"), (0, 6, "less than minimum value 2"),
+                               (3, 100_000, "100000 is greater than maximum value 512")):
+        with pytest.raises(AppError, match=refused):
+            client.predict(BUNDLED_MODEL_ID, "Say hello.", g, 1.0, tokens, api_name="/sample_group")
+
     before = {id(c): (c.loads, c.keys()) for c in _caches()}
     text, summary = client.predict(BUNDLED_MODEL_ID, "Say hello.", 3, 1.0, 6, api_name="/sample_group")
     assert str(summary).startswith("Sampled 3 completions") and str(text).count("\n---\n") == 2, (text, summary)
