@@ -113,6 +113,11 @@ def stream_chat(model, tokenizer, messages: list[dict], max_new_tokens: int = 12
 
     enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                         return_dict=True).to(model.device)
+    # Refused before any compute: a pasted book would hold the app's one generation queue for minutes, and the
+    # model reads nothing sensible past its context anyway.
+    too_long = context_overflow(int(enc["input_ids"].shape[-1]), max_new_tokens, context_tokens(model))
+    if too_long:
+        raise ChatModelError(too_long)
     streamer = Streamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=300)
     kwargs = dict(**enc, streamer=streamer, **_sampling(tokenizer, max_new_tokens, temperature, top_p,
                                                                       repetition_penalty))
@@ -241,6 +246,27 @@ def chat_choices() -> list[tuple[str, str]]:
 
 class ChatModelError(RuntimeError):
     """A chat model that can't be used; the message says why."""
+
+
+def context_tokens(model) -> int:
+    """How many tokens the model reads at once (its config's max_position_embeddings); 0 when it does not say."""
+    return int(getattr(getattr(model, "config", None), "max_position_embeddings", 0) or 0)
+
+
+def context_overflow(prompt_tokens: int, max_new_tokens: int, context: int) -> str | None:
+    """Why a prompt and its longest reply do not fit the model's context, or None (also when it is not known).
+
+    >>> context_overflow(8000, 96, 8192) is None, context_overflow(9000, 96, 0) is None
+    (True, True)
+    >>> print(context_overflow(8000, 256, 8192))
+    The prompt is 8000 tokens and the reply may add 256: more than the 8192 tokens this model reads at once. \
+Send less text: a shorter message, fewer earlier turns (Clear), fewer films or fewer new tokens.
+    """
+    if not context or prompt_tokens + max_new_tokens <= context:
+        return None
+    return (f"The prompt is {prompt_tokens} tokens and the reply may add {max_new_tokens}: more than the {context} "
+            "tokens this model reads at once. Send less text: a shorter message, fewer earlier turns (Clear), fewer "
+            "films or fewer new tokens.")
 
 
 def generation_error_message(exc: BaseException) -> str:

@@ -122,3 +122,21 @@ def test_a_reply_with_no_text_says_so_and_stays_out_of_the_next_turn(url, tiny_m
     assert [m["role"] for m in _messages(hist_a, "")] == ["user"]  # the notice is not sent back as context
     beside = content_text(hist_b[-1]["content"])
     assert beside.strip() and EMPTY_REPLY not in beside and not is_error_reply(hist_b[-1]), hist_b[-1]
+
+
+def test_a_message_over_the_models_context_is_refused_before_any_compute(url):
+    """A pasted book: the reply says how many tokens it is and what the model reads, instead of holding the app's
+    generation queue for minutes; the mark keeps it out of the next turn, and the next chat works."""
+    from gradio_client import Client
+
+    from pipeline.training.generate import is_error_reply
+    from ui.chat import content_text
+
+    client = Client(url, verbose=False)
+    base = "bundled/SmolLM2-135M-Instruct"
+    hist_a, _, _ = client.predict("word " * 9000, [], [], base, base, False, "", 24, 0.0, 1.0, api_name="/respond")
+    reply = content_text(hist_a[-1]["content"])
+    assert reply.startswith("⚠️ The prompt is ") and "more than the 8192 tokens this model reads at once" in reply
+    assert is_error_reply(hist_a[-1]), hist_a[-1]
+    updates, hist_a, _ = _chat(url, "Name one fruit.")
+    assert content_text(hist_a[-1]["content"]).strip() and not content_text(hist_a[-1]["content"]).startswith("⚠️")
