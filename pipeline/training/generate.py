@@ -25,6 +25,9 @@ def generate_batch(model, tokenizer, prompts: list[list[dict]], max_new_tokens: 
         chunk = prompts[start:start + batch_size]
         enc = tokenizer.apply_chat_template(chunk, add_generation_prompt=True, return_tensors="pt",
                                             return_dict=True, padding=True).to(model.device)
+        too_long = context_overflow(int(enc["input_ids"].shape[-1]), max_new_tokens, context_tokens(model))
+        if too_long:  # as in stream_chat: refused before any compute
+            raise ChatModelError(too_long)
         with torch.inference_mode():
             ids = model.generate(**enc, **_sampling(tokenizer, max_new_tokens, temperature, top_p))
         new = ids[:, enc["input_ids"].shape[1]:]

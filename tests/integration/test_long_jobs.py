@@ -105,6 +105,9 @@ def test_reward_bench_samples_with_the_model_chat_uses(app):
     cache = grown[0]
     loads = cache.loads
     client.predict(BUNDLED_MODEL_ID, "Say hello again.", 2, 1.0, 6, api_name="/sample_group")
+    # A prompt over the model's context is refused by its size before anything samples.
+    text, summary = client.predict(BUNDLED_MODEL_ID, "word " * 9000, 3, 1.0, 6, api_name="/sample_group")
+    assert str(summary).startswith("❌ The prompt is ") and "8192 tokens this model reads" in str(summary), summary
     # Chat with the same model: no second copy anywhere in the app.
     job = client.submit("Hi", [], [], BUNDLED_MODEL_ID, BUNDLED_MODEL_ID, False, "", 8, 0.0, 1.0, api_name="/respond")
     job.result()
