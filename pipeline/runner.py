@@ -177,14 +177,15 @@ def _validate(spec: jobs.Job, run_dir: Path | None, cfg: RunConfig | None = None
         cfg.validate(allow_custom_rewards=allow_custom_rewards)
 
 
-def _refuse(spec: jobs.Job, run_dir: Path | None, resume: bool = False, **_: Any) -> None:
+def _refuse(spec: jobs.Job, run_dir: Path | None, resume: bool = False, steps: int | None = None, **_: Any) -> None:
     """What the runs on disk refuse, read under the start lock: a training elsewhere on this machine, a run
     without the merged model the job reads, a resume of a finished run or of one whose model is being read."""
     if spec.needs_machine and (busy := busy_run()) is not None:
         raise RunnerError(f"Run '{busy[0].name}' {busy[1]}: {spec.needs_machine}")
     if run_dir is None:
         return
-    state = jobstate.read_status(run_dir).get("state")
+    status = jobstate.read_status(run_dir)
+    state, done = status.get("state"), int(status.get("step") or 0)
     if spec.reads_model:
         if state in jobstate.ACTIVE_STATES:
             raise RunnerError(f"Run '{run_dir.name}' is training: its merged model is written at the end. "
@@ -192,8 +193,12 @@ def _refuse(spec: jobs.Job, run_dir: Path | None, resume: bool = False, **_: Any
         if run_files.merged_model(run_dir) is None:
             raise RunnerError(f"Run '{run_dir.name}' has no merged model for {spec.what} (it is {state}): pick a "
                               "finished run, or a stopped one, that was started with merge_at_end on.")
-    if resume and state == "finished":
-        raise RunnerError(f"Run '{run_dir.name}' already finished all its steps.")
+    if resume and steps is not None and int(steps) <= done:
+        raise RunnerError(f"Run '{run_dir.name}' is at step {done}: to train it further, give a step count above "
+                          f"{done}.")
+    if resume and state == "finished" and steps is None:
+        raise RunnerError(f"Run '{run_dir.name}' already finished all its {done} steps: to train it further, give "
+                          f"a step count above {done} and resume.")
     if spec.writes_model:
         for reader in jobstate.busy_with(run_dir):
             if reader.reads_model:

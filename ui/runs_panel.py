@@ -173,16 +173,21 @@ def stop_training(run_name: str | None, operators=(), request: gr.Request = None
     return f"**{run_name}** is not running."
 
 
-def resume_training(name: str | None, allow_custom: bool, operators=(), request: gr.Request = None):
+def resume_training(name: str | None, allow_custom: bool, operators=(), request: gr.Request = None, steps=None):
+    """Resume the run from its last complete checkpoint, to its own step count or, given `steps`, to that step
+    (which also trains a finished run further). Gradio puts the request in its place; `steps` is the last input."""
     path = run_path(name)
     if path is None:
         return gr.Dropdown(), "Pick a run to resume."
+    steps = int(steps) if steps else None  # empty or 0: the run's own step count
     try:
-        runner.start("train", path, resume=True, allow_custom_rewards=allow_custom, actor=acting(request, operators))
+        runner.start("train", path, resume=True, steps=steps, allow_custom_rewards=allow_custom,
+                     actor=acting(request, operators))
     except runner.RunnerError as exc:
         return gr.Dropdown(), f"❌ {exc}"
     free_gpu_for_training()
-    return gr.Dropdown(value=name), f"▶ Resuming **{name}** from its last complete checkpoint."
+    to = f", to step {steps}" if steps else ""
+    return gr.Dropdown(value=name), f"▶ Resuming **{name}** from its last complete checkpoint{to}."
 
 
 def evaluate_run(name: str | None, operators=(), request: gr.Request = None):

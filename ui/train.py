@@ -189,8 +189,11 @@ def build(ctx: TabContext) -> Tab:
                 with gr.Column():
                     action_run = gr.Dropdown(label="Run", choices=[], elem_id="action-run")
                     with gr.Row():
-                        resume_btn = gr.Button("Resume")
+                        resume_btn = gr.Button("Resume", elem_id="resume-btn")
                         eval_btn = gr.Button("Evaluate base vs tuned", elem_id="eval-btn")
+                    resume_steps = gr.Number(value=None, precision=0, minimum=0, label="Resume to step",
+                                             info="Empty: the run's own step count. Above a finished run's "
+                                                  "last step, Resume trains it further.", elem_id="resume-steps")
                     with gr.Row():  # the jobs' own stops, under the buttons that start them
                         eval_stop_btn = gr.Button("Stop evaluation", size="sm", elem_id="eval-stop-btn")
                         push_stop_btn = gr.Button("Stop push", size="sm", elem_id="push-stop-btn")
@@ -279,7 +282,7 @@ def build(ctx: TabContext) -> Tab:
                     api_visibility="private").then(
                 compare_runs, [compare, compare_curve], [compare_plot, overlay_map], api_visibility="private").then(
                 overlay_colors, overlay_map, compare_plot, show_progress="hidden", api_visibility="private")
-        then_refresh(resume_btn.click(resume_training, [action_run, allow, ops], [run_select, action_msg]))
+        then_refresh(resume_btn.click(resume_training, [action_run, allow, ops, resume_steps], [run_select, action_msg]))
         # The evaluation is a runner job: the click returns at once; its files' changes show its progress and result.
         eval_btn.click(evaluate_run, [action_run, ops], action_msg, api_name="evaluate_run").then(
             eval_view, [action_run], eval_box, show_progress="hidden")

@@ -159,6 +159,8 @@ TRAIN = declare(Job(
     worker_states=("running", "finished", "stopped", "failed"),
     launcher_states=("queued", "failed"),  # "failed": the trainer could not be started
     options=(Option("resume", bool, False, "--resume"),
+             Option("steps", int, None, "--steps", check=lambda v: None if v is None or int(v) >= 1 else
+                    "The step count to train to must be at least 1."),
              Option("allow_custom_rewards", bool, False, "--allow-custom-rewards")),
     outputs=(run_files.TRAIN_LOG,), doing="still training",
     busy="is still training. Stop it or wait for it to finish", actions=("resume it", "stop it"),

@@ -113,3 +113,19 @@ def test_reward_bench_samples_with_the_model_chat_uses(app):
     job.result()
     assert cache.loads == loads and cache.keys().count(BUNDLED_MODEL_ID) == 1
     assert sum(c.loads for c in _caches()) - sum(v[0] for v in before.values()) == 1
+
+
+def test_resume_to_a_later_step_reaches_the_trainers_command_line(app, bundled_model_dir, monkeypatch):
+    """The page's Resume with *Resume to step*: the step count arrives after the request Gradio puts in its place,
+    and a finished run trains further (nothing really starts: the launch is recorded)."""
+    _, client = app
+    run_dir = evaluable_run("further", bundled_model_dir)
+    runs.write_status(run_dir, "finished", step=2, max_steps=2)
+    launched = []
+    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1, **kw: launched.append(cmd))
+    offer_runs(client)
+    _, message = client.predict(run_dir.name, None, api_name="/resume_training")
+    assert "already finished all its 2 steps" in str(value_of(message)) and launched == [], message
+    _, message = client.predict(run_dir.name, 5, api_name="/resume_training")
+    assert str(value_of(message)).endswith("from its last complete checkpoint, to step 5."), message
+    assert launched[-1][-3:] == ["--resume", "--steps", "5"], launched

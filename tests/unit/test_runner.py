@@ -72,6 +72,24 @@ def test_resume_relaunches_with_the_runs_process_count(monkeypatch):
     assert launched[-1][1] == 1 and "torch.distributed.run" not in launched[-1][0]
 
 
+def test_a_finished_run_trains_further_only_to_a_step_above_its_last(monkeypatch):
+    launched = []
+    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1, **kw: launched.append(cmd))
+    run_dir = runs.new_run_dir("further")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=2).to_dict())
+    runs.write_status(run_dir, "finished", step=2, max_steps=2)
+    with pytest.raises(runner.RunnerError, match=r"already finished all its 2 steps: to train it further, give a "
+                                                 r"step count above 2 and resume\.$"):
+        runner.start("train", run_dir, resume=True)
+    with pytest.raises(runner.RunnerError, match=r"is at step 2: to train it further, give a step count above 2\.$"):
+        runner.start("train", run_dir, resume=True, steps=2)
+    with pytest.raises(runner.RunnerError, match=r"^The step count to train to must be at least 1\.$"):
+        runner.start("train", run_dir, resume=True, steps=0)
+    assert launched == []
+    runner.start("train", run_dir, resume=True, steps=5)
+    assert launched[-1][-3:] == ["--resume", "--steps", "5"], launched[-1]
+
+
 def test_a_run_whose_processes_are_still_exiting_blocks_the_next_start(monkeypatch):
     """Rank 0 writes 'stopped' before torchrun and the other ranks have exited."""
     run_dir = runs.new_run_dir("exiting")
