@@ -22,7 +22,7 @@ NUMBERS = (("temperature", "Temperature"), ("learning_rate", "Learning rate"), (
 # One weight field per reward, up to this many; a run with more rewards steers the rest from the command line.
 MAX_WEIGHTS = 8
 # A run in these states can be steered: now while it trains, at its first step when it is resumed.
-STEERABLE_STATES = ("queued", "running", "stopped", "failed")
+STEERABLE_STATES = ("queued", "running", "stopped", "failed", "finished")
 # How many of the latest answers the panel lists.
 SHOWN_ANSWERS = 5
 
@@ -36,6 +36,8 @@ def next_step_text(state: str | None, logged: int) -> str:
     >>> next_step_text("stopped", 3)
     'when the run is resumed, from its first step'
     """
+    if state == "finished":
+        return "if the run is resumed to a later step, from its first new step"
     if state not in ("queued", "running"):
         return "when the run is resumed, from its first step"
     if logged == 0:
@@ -51,7 +53,8 @@ def _state_note(state: str | None, step: int) -> tuple[bool, str]:
     if state in ("stopped", "failed"):
         return True, f"This run is {state}: a change applies when it is resumed, from its first step."
     if state == "finished":
-        return False, "This run has finished: there is nothing left to steer. Start a new run to try other values."
+        return True, ("This run has finished: a change applies if you train it further (Runs panel: *Resume to step* "
+                      "past its last step, then Resume), from its first new step.")
     return False, "This run can't be steered: its settings can't be read (see the header)."
 
 

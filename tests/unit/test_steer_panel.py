@@ -68,15 +68,18 @@ def test_the_fields_are_the_steerable_settings_filled_with_the_values_in_force()
     assert "-m pipeline.steer --run-dir" in view["command"] and '"temperature": 0.7' in view["command"]
 
 
-def test_the_panel_takes_changes_while_training_and_for_a_resume_but_not_for_a_finished_run():
+def test_the_panel_takes_changes_while_training_and_for_a_resume_even_of_a_finished_run():
     assert steer_view.panel(make_run("running").name)["note"].startswith("Changes apply when the next step starts")
     stopped = steer_view.panel(make_run("stopped").name)
     assert stopped["enabled"] and "a change applies when it is resumed" in stopped["note"]
     assert steer_view.panel(make_run("failed").name)["enabled"]
-    finished = steer_view.panel(make_run("finished").name)
-    assert not finished["enabled"] and "has finished" in finished["note"]
+    finished = make_run("finished")
+    view = steer_view.panel(finished.name)  # a finished run trains further when resumed to a later step
+    assert view["enabled"] and "a change applies if you train it further" in view["note"]
     assert not steer_view.panel(None)["enabled"] and not steer_view.panel("no-such-run")["enabled"]
-    assert steer_view.steer(make_run("finished").name, {}, {}).startswith("❌ This run has finished")
+    typed = {**view["shown"], "learning_rate": 1e-4}
+    assert steer_view.steer(finished.name, view["shown"], typed).endswith(
+        "Applies if the run is resumed to a later step, from its first new step.")
 
 
 def test_apply_sends_only_the_fields_that_changed():
