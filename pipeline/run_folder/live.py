@@ -147,7 +147,8 @@ def stamps(shown: str | None, action: str | None, now: float | None = None) -> d
     out = _shown_stamps(shown_head, shown_dir, shown_state, now)
     listed = _listed_stamps()
     action_stamps = ",".join(_stamp(action_dir / f) for f in action_files()) if action_dir is not None else ""
-    out["jobs"] = f"{action_head}{action_stamps};{listed['jobs']}"
+    # The run's own state too: the box says when the run has trained since its evaluation (a resume ended).
+    out["jobs"] = f"{action_head}{action_stamps};{action_state};{listed['jobs']}"
     # The table shows every run's state; the two runs on screen are checked for a trainer that died silently.
     out["runs"] = f"{listed['runs']};{shown_head}{shown_state};{action_head}{action_state}"
     out["push"] = listed["push"]

@@ -279,3 +279,26 @@ def test_a_native_crash_leaves_the_python_stack_in_the_jobs_log(fake_kind, tmp_p
     assert code == -11
     text = log.read_text()
     assert "Fatal Python error: Segmentation fault" in text and "read_through_a_null_pointer" in text, text
+
+
+def test_an_evaluation_older_than_the_runs_last_training_says_so(tmp_path, monkeypatch):
+    """Resumed to a later step after it was evaluated: the Runs panel still shows the numbers, marked as the
+    model's before, with what to press."""
+    import os
+    import time
+
+    from ui import runs_panel
+
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    run_dir = runs.new_run_dir("evaluated")
+    runs.write_json_atomic(run_dir / "config.json", {})
+    runs.write_status(run_dir, "finished", ended_at=time.time() - 60)
+    jobstate.write_state(run_dir, run_files.EVAL_STATUS, "evaluator", "done")
+    result = {"base": {"reward_mean": 1.0}, "tuned": {"reward_mean": 2.0}, "delta": 1.0, "gap_closed": 0.5}
+    runs.write_json_atomic(run_dir / run_files.EVAL_RESULT, result)
+    assert "trained since" not in runs_panel.eval_view(run_dir.name)
+    runs.write_status(run_dir, "finished", ended_at=time.time() + 5)  # a resume to a later step ended after it
+    assert "⚠️ The run has trained since this evaluation" in runs_panel.eval_view(run_dir.name)
+    os.utime(run_dir / run_files.EVAL_RESULT)  # evaluated again: current
+    runs.write_status(run_dir, "finished", ended_at=time.time() - 1)
+    assert "trained since" not in runs_panel.eval_view(run_dir.name)

@@ -68,7 +68,9 @@ def test_the_stamps_hold_still_until_a_file_a_part_reads_changes():
     assert moved(lambda: jobstate.write_state(other, run_files.EVAL_STATUS, "evaluator", "running", done=1, total=4)) == {"jobs"}
     assert moved(lambda: jobstate.write_state(other, run_files.PUSH_STATUS, "pusher", "failed",
                                               error="offline")) == {"jobs", "push"}
-    assert moved(lambda: runs.write_status(other, "stopped")) == {"runs"}
+    # The Runs panel's run changed state: the table, and its jobs box (which says when it trained since its
+    # evaluation).
+    assert moved(lambda: runs.write_status(other, "stopped")) == {"runs", "jobs"}
     assert moved(lambda: make_running_run("third")) == {"runs", "jobs", "push"}  # a new run folder is listed
     # What Chat and RAG offer: a checkpoint whose save finished, then a merged model; a half-saved one is not yet.
     (other / "checkpoint-2").mkdir()
