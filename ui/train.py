@@ -282,7 +282,8 @@ def build(ctx: TabContext) -> Tab:
                     api_visibility="private").then(
                 compare_runs, [compare, compare_curve], [compare_plot, overlay_map], api_visibility="private").then(
                 overlay_colors, overlay_map, compare_plot, show_progress="hidden", api_visibility="private")
-        then_refresh(resume_btn.click(resume_training, [action_run, allow, ops, resume_steps], [run_select, action_msg]))
+        then_refresh(resume_btn.click(resume_training, [action_run, allow, ops, resume_steps],
+                                      [run_select, action_msg]))
         # The evaluation is a runner job: the click returns at once; its files' changes show its progress and result.
         eval_btn.click(evaluate_run, [action_run, ops], action_msg, api_name="evaluate_run").then(
             eval_view, [action_run], eval_box, show_progress="hidden")
