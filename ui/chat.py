@@ -15,8 +15,8 @@ from pipeline.models.gguf_export import DEFAULT_OUT_TYPE, OUT_TYPES, OUT_TYPES_H
 from pipeline.run_folder import run_files
 from pipeline.setup.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.training.generate import (
-    ChatModelError, ModelCache, ModelChoice, chat_choices, empty_reply, error_reply, is_error_reply, run_for_choice,
-    stream_chat,
+    MAX_REPLY_TOKENS, ChatModelError, ModelCache, ModelChoice, chat_choices, empty_reply, error_reply, is_error_reply,
+    run_for_choice, stream_chat,
 )
 from pipeline.rewards import build_rewards, score
 from ui import views, watch
@@ -357,7 +357,8 @@ def build(ctx: TabContext) -> Tab:
         with gr.Accordion("Generation settings", open=False):
             system = gr.Textbox(label="System prompt", placeholder="Optional")
             with gr.Row():
-                max_tokens = gr.Slider(8, 512, value=96, step=8, label="Max new tokens", elem_id="chat-max-tokens")
+                max_tokens = gr.Slider(8, MAX_REPLY_TOKENS, value=96, step=8, label="Max new tokens",
+                                       elem_id="chat-max-tokens")
                 temperature = gr.Slider(0, 1.5, value=0.7, step=0.05, label="Temperature (0 = greedy)")
                 top_p = gr.Slider(0.1, 1.0, value=0.95, step=0.05, label="Top-p")
         with gr.Accordion("Export a run", open=False):

@@ -13,8 +13,8 @@ import gradio as gr
 
 from pipeline.rewards.grounding import check_answer, check_markdown, marked
 from pipeline.setup.movie_questions import PROMPT_TOP_K
-from pipeline.training.generate import (ChatModelError, ModelCache, base_choice, chat_choices, empty_reply,
-                                       generation_error_message, run_for_choice)
+from pipeline.training.generate import (MAX_REPLY_TOKENS, ChatModelError, ModelCache, base_choice, chat_choices,
+                                       empty_reply, generation_error_message, run_for_choice)
 from retrieval import movies as movie_data
 from retrieval.rag import REPETITION_PENALTY, build_messages, films_used, prompt_text, stream_answer
 from retrieval.bundled_table import ensure_bundled_table
@@ -312,7 +312,8 @@ def build(ctx: TabContext) -> Tab:
                                            min_width=120)
                     stop_btn = gr.Button("Stop", elem_id="rag-stop", scale=1, min_width=60)
                 with gr.Accordion("Answer settings", open=False):
-                    max_tokens = gr.Slider(16, 512, value=160, step=16, label="Max new tokens", elem_id="rag-max-tokens")
+                    max_tokens = gr.Slider(16, MAX_REPLY_TOKENS, value=160, step=16, label="Max new tokens",
+                                           elem_id="rag-max-tokens")
                     temperature = gr.Slider(0, 1.5, value=0.0, step=0.05, label="Temperature (0 = greedy)")
                     penalty = gr.Slider(1.0, 2.0, value=REPETITION_PENALTY, step=0.05, label="Repetition penalty",
                                         info="1 = off; small models loop without it")

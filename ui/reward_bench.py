@@ -10,7 +10,7 @@ import gradio as gr
 from pipeline.rewards.advantages import group_advantages, group_stats
 from pipeline.run_folder import run_files, runs
 from pipeline.setup.config import BUNDLED_MODEL_ID, ConfigError, RunConfig
-from pipeline.training.generate import ModelCache
+from pipeline.training.generate import MAX_REPLY_TOKENS, ModelCache
 from pipeline.models.loading import catalog_choices
 from pipeline.setup.reward_check import needs_isolation, score_isolated
 from pipeline.rewards import build_rewards, score
@@ -21,7 +21,6 @@ from ui.tab import Tab, TabContext
 
 SEPARATOR = "---"
 MAX_G = 64  # the largest group the bench samples
-MAX_NEW_TOKENS = 512  # as Chat's longest reply
 BENCH_TIMEOUT_S = 30.0
 EXAMPLE_PROMPT = ("My neighbour's dog barks from 6 a.m. every day. I've asked twice, politely, and nothing "
                   "changed. Should I talk to the landlord or keep trying with the neighbour?")
@@ -319,8 +318,8 @@ def build(ctx: TabContext) -> Tab:
                         # Bounded as Chat's replies are (the two share one queue): a group, not a batch job.
                         g = gr.Number(value=4, precision=0, minimum=2, maximum=MAX_G, label=f"G (2-{MAX_G})")
                         temperature = gr.Number(value=1.0, minimum=0, maximum=2, label="Temperature (0-2)")
-                        max_tokens = gr.Number(value=48, precision=0, minimum=1, maximum=MAX_NEW_TOKENS,
-                                               label=f"Max new tokens (up to {MAX_NEW_TOKENS})")
+                        max_tokens = gr.Number(value=48, precision=0, minimum=1, maximum=MAX_REPLY_TOKENS,
+                                               label=f"Max new tokens (up to {MAX_REPLY_TOKENS})")
                     sample_btn = gr.Button("Sample G completions")
                 with gr.Accordion("Load a group from a run instead", open=False, elem_id="bench-load") as load_fold:
                     with gr.Row():

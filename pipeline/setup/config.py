@@ -30,10 +30,12 @@ DATASET_SOURCES = ("tldr", "arithmetic", "movies", "file", "hub")
 REWARD_ERROR_POLICIES = ("fail", "skip")
 
 
-# Refused by RunConfig.problems(): why, and what to turn off.
+# Refused by RunConfig.problems(): why, and what to turn off (a refused upload's, also by pipeline/setup/data.py).
 QLORA_VLLM = ("4-bit QLoRA with vLLM crashes at the first weight sync: TRL hands vLLM the packed 4-bit tensors, "
               "whose shapes vLLM can't load (TRL issue #4973, open). Turn one off: QLoRA samples with transformers, "
               "or vLLM serves the full-precision model.")
+NO_PROMPTS_FILE = ("No prompts file yet: upload a CSV, TSV, JSONL or JSON file with a prompt column "
+                   "(in config.json, dataset.path).")
 
 
 class ConfigError(ValueError):
@@ -75,8 +77,7 @@ class DatasetSpec:
         if self.source not in DATASET_SOURCES:
             out.append(f"Unknown dataset source '{self.source}'. Choose one of: {', '.join(DATASET_SOURCES)}.")
         if self.source == "file" and not self.path.strip():
-            out.append("No prompts file yet: upload a CSV, TSV, JSONL or JSON file with a prompt column "
-                       "(in config.json, dataset.path).")
+            out.append(NO_PROMPTS_FILE)
         if self.source == "hub" and not self.hub_id.strip():
             out.append("No hub dataset id yet: type one such as 'mlabonne/smoltldr'.")
         elif self.source == "hub":

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-from pipeline.setup.config import DatasetSpec
+from pipeline.setup.config import NO_PROMPTS_FILE, DatasetSpec
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 TLDR_PATH = ASSETS / "prompts" / "tldr.jsonl"
@@ -290,8 +290,7 @@ def rows_from_records(records: list[dict], columns: list[str], spec: DatasetSpec
 
 def file_rows(spec: DatasetSpec) -> list[dict]:
     if not spec.path.strip():  # the upload was refused, or none was made yet
-        raise DatasetError("No prompts file yet: upload a CSV, TSV, JSONL or JSON file with a prompt column "
-                           "(in config.json, dataset.path).")
+        raise DatasetError(NO_PROMPTS_FILE)
     records, columns = read_table(spec.path)
     return rows_from_records(records, columns, spec, shown_name(spec.path))
 

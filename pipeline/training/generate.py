@@ -25,9 +25,7 @@ def generate_batch(model, tokenizer, prompts: list[list[dict]], max_new_tokens: 
         chunk = prompts[start:start + batch_size]
         enc = tokenizer.apply_chat_template(chunk, add_generation_prompt=True, return_tensors="pt",
                                             return_dict=True, padding=True).to(model.device)
-        too_long = context_overflow(int(enc["input_ids"].shape[-1]), max_new_tokens, context_tokens(model))
-        if too_long:  # as in stream_chat: refused before any compute
-            raise ChatModelError(too_long)
+        refuse_over_context(model, enc, max_new_tokens)
         with torch.inference_mode():
             ids = model.generate(**enc, **_sampling(tokenizer, max_new_tokens, temperature, top_p))
         new = ids[:, enc["input_ids"].shape[1]:]
@@ -116,11 +114,7 @@ def stream_chat(model, tokenizer, messages: list[dict], max_new_tokens: int = 12
 
     enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                         return_dict=True).to(model.device)
-    # Refused before any compute: a pasted book would hold the app's one generation queue for minutes, and the
-    # model reads nothing sensible past its context anyway.
-    too_long = context_overflow(int(enc["input_ids"].shape[-1]), max_new_tokens, context_tokens(model))
-    if too_long:
-        raise ChatModelError(too_long)
+    refuse_over_context(model, enc, max_new_tokens)
     streamer = Streamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=300)
     kwargs = dict(**enc, streamer=streamer, **_sampling(tokenizer, max_new_tokens, temperature, top_p,
                                                                       repetition_penalty))
@@ -251,9 +245,22 @@ class ChatModelError(RuntimeError):
     """A chat model that can't be used; the message says why."""
 
 
+# The longest reply Chat, RAG and the reward bench ask for (their sliders' and fields' top).
+MAX_REPLY_TOKENS = 512
+
+
 def context_tokens(model) -> int:
     """How many tokens the model reads at once (its config's max_position_embeddings); 0 when it does not say."""
     return int(getattr(getattr(model, "config", None), "max_position_embeddings", 0) or 0)
+
+
+def refuse_over_context(model, enc, max_new_tokens: int) -> None:
+    """Raise ChatModelError, before any compute, when the tokenized prompt `enc` and its longest reply are over
+    the model's context: a pasted book would hold the app's one generation queue for minutes, and the model reads
+    nothing sensible past its context anyway."""
+    too_long = context_overflow(int(enc["input_ids"].shape[-1]), max_new_tokens, context_tokens(model))
+    if too_long:
+        raise ChatModelError(too_long)
 
 
 def context_overflow(prompt_tokens: int, max_new_tokens: int, context: int) -> str | None:

@@ -32,7 +32,6 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
     checks.append(Check("settings", not rest, " ".join(rest) or
                         f"G={cfg.num_generations}, {cfg.batch_size // max(cfg.num_generations, 1)} prompt(s) per step, "
                         f"{cfg.max_steps} steps."))
-    train: list[dict] = []
     try:
         if dataset_problems:
             raise DatasetError(" ".join(dataset_problems))
