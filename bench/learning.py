@@ -32,6 +32,14 @@ from pipeline.setup.presets import PRESETS, apply_preset  # noqa: E402
 from pipeline.models.loading import ensure_bundled_model  # noqa: E402
 
 
+def paired_text(gain: dict | None) -> str:
+    """Prompt by prompt, base against tuned: how many went up and down, and the mean gain's interval."""
+    if not gain:
+        return ""
+    interval = "" if gain["low"] is None else f", {gain['level']:.0%} interval {gain['low']:+.2f} to {gain['high']:+.2f}"
+    return f"; held-out prompts up {gain['better']}, down {gain['worse']}, same {gain['same']}{interval}"
+
+
 def curve_rise(rewards: list[float], window: int = 5) -> tuple[float, float]:
     """(mean of the last `window` minus mean of the first `window`, pooled std of the two windows)."""
     first, last = rewards[:window], rewards[-window:]
@@ -79,6 +87,7 @@ def one_seed(seed: int, work: Path, cfg: RunConfig, eval_limit: int = 32) -> dic
         "task_tuned": (ev["tuned"].get("task") or {}).get(task_key),
         **fmt, "recall": (ev["base"].get("task") or {}).get("retrieval_recall"), "eval_n": ev["n"],
         **{f"invented_{side}": (ev[side].get("task") or {}).get("invented_details") for side in ("base", "tuned")},
+        "paired": ev.get("paired"),  # prompts up / down, and the mean gain's bootstrap interval
         "curve_rise": rise, "curve_noise": noise, "train_rewards": rewards,
         "train_rewards_by_function": [r.get("rewards") for r in sampled],
         "samples": ev["samples"][:4], "run_dir": str(run_dir),
@@ -146,7 +155,7 @@ def main() -> int:
               f"{r['tuned']:.2f} (max {r['max']:.1f}), gap_closed {r['gap_closed']:.1%}; {fmt}{r['task_metric']} "
               f"{r['task_base']:.3f} -> {r['task_tuned']:.3f} on {r['eval_n']} held-out{invented}"
               f"{'' if r['recall'] is None else ' (retrieval recall %.3f)' % r['recall']}; train curve {r['curve_rise']:+.2f} "
-              f"(noise {r['curve_noise']:.2f})", flush=True)
+              f"(noise {r['curve_noise']:.2f}){paired_text(r['paired'])}", flush=True)
     if a.answers:
         a.answers.write_text("\n".join(["Held-out answers, base -> tuned, greedy (bench/learning.py --answers; 1 = "
                                          "right, 0 = wrong, per pipeline.evaluate's accuracy).", ""]

@@ -27,6 +27,7 @@ from pipeline.run_folder.jobstate import JobWorker, job_worker
 from pipeline.run_folder.paths import keep_private
 from pipeline.training.probes import reward_kwargs
 from pipeline.rewards import build_rewards, reward_maximum, score
+from pipeline.training.paired_gain import gain_sentence, paired_gain
 from pipeline.training.task_metrics import headline, task_metrics
 
 
@@ -63,6 +64,8 @@ def report(result: dict) -> str:
                      f"{b:.2f}) = {result['gap_closed']:.1%}")
     else:
         lines.append("gap_closed: a reward declares no maximum (e.g. custom code), so only the delta is shown.")
+    if result.get("paired"):
+        lines.append(gain_sentence(result["paired"]))
     hb, ht = headline(result["base"].get("task")), headline(result["tuned"].get("task"))
     if hb and ht:
         extra = ""
@@ -137,6 +140,7 @@ def evaluate(run_dir: Path, limit: int = 32,
     result["delta"] = (t - b) if b is not None and t is not None else None
     result["reward_max"] = reward_maximum(funcs, weights)
     result["gap_closed"] = gap_closed(b, t, result["reward_max"])
+    result["paired"] = paired_gain(result["base"]["totals"], result["tuned"]["totals"])  # more than chance?
     result["samples"] = [
         {"prompt": p[-1]["content"], "base": bt, "tuned": tt,
          "base_total": result["base"]["totals"][i], "tuned_total": result["tuned"]["totals"][i]}

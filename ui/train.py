@@ -192,7 +192,7 @@ def build(ctx: TabContext) -> Tab:
                         resume_btn = gr.Button("Resume", elem_id="resume-btn")
                         eval_btn = gr.Button("Evaluate base vs tuned", elem_id="eval-btn")
                     resume_steps = gr.Number(value=None, precision=0, minimum=0, label="Resume to step",
-                                             info="Empty: the run's own step count. Above a finished run's "
+                                             info="0 or empty: the run's own step count. Above a finished run's "
                                                   "last step, Resume trains it further.", elem_id="resume-steps")
                     with gr.Row():  # the jobs' own stops, under the buttons that start them
                         eval_stop_btn = gr.Button("Stop evaluation", size="sm", elem_id="eval-stop-btn")

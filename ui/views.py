@@ -10,6 +10,7 @@ import pandas as pd
 
 from pipeline.rewards.advantages import STD_EPS, group_stats
 from pipeline.training.health import health_warnings
+from pipeline.training.paired_gain import gain_sentence, paired_gain
 from ui.charts import _finite, monitor_label
 from ui.probes_view import fmt_score, task_key
 from ui import token_views
@@ -284,6 +285,10 @@ def eval_result_markdown(name: str, result: dict) -> str:
     lines.append(f"\nDelta (tuned - base): **{result['delta']:+.3f}**")
     if result.get("gap_closed") is not None:
         lines.append(f" · gap closed: **{result['gap_closed']:.1%}**")
+    # Written by the evaluator; worked out here for an eval.json from before it was.
+    gain = result.get("paired") or paired_gain(result["base"].get("totals") or [], result["tuned"].get("totals") or [])
+    if gain:
+        lines += ["", gain_sentence(gain, bold="**")]
     lines += task_result_lines(result)
     return "\n".join(lines)
 

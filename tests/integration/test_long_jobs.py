@@ -56,6 +56,7 @@ def test_evaluate_returns_at_once_and_the_runs_panel_follows_the_job(app, bundle
     assert result["n"] == len(result["samples"]) == 3
     # The "tuned" model is the base model: greedy answers, and so every total, are the same.
     assert result["base"]["totals"] == result["tuned"]["totals"] and result["delta"] == pytest.approx(0)
+    assert (result["paired"]["same"], result["paired"]["better"], result["paired"]["worse"]) == (3, 0, 0)
     assert "Evaluation failed" not in (run_dir / "eval.log").read_text()
     # A page reload (a fresh view with no signature) finds the result again on disk.
     assert "Delta (tuned - base)" in view(client, run_dir.name)

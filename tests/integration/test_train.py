@@ -134,3 +134,7 @@ def test_evaluate_scores_base_and_tuned(finished_run):
         assert result[side]["reward_mean"] is not None
         assert set(result[side]["rewards"]) == DEFAULT_REWARDS
     assert result["delta"] == pytest.approx(result["tuned"]["reward_mean"] - result["base"]["reward_mean"])
+    # Prompt by prompt: every prompt is counted once, and three are too few for an interval (both said).
+    paired = result["paired"]
+    assert paired["n"] == 3 and paired["better"] + paired["worse"] + paired["same"] == 3 and paired["low"] is None
+    assert "Prompt by prompt: tuned scored higher on" in proc.stdout and "Too few prompts" in proc.stdout

@@ -147,6 +147,31 @@ def test_the_evaluation_renders_from_its_files_in_views():
         "⏹ Evaluation of **run-1** was stopped (3/8 answers).")
 
 
+def test_the_evaluation_says_whether_the_gain_is_more_than_chance():
+    """Base and tuned are compared prompt by prompt, with the mean gain's bootstrap interval and what it means;
+    an eval.json written before the evaluator kept the comparison gets it from its per-prompt totals."""
+    from ui.views import eval_markdown
+
+    def result(base, tuned):
+        side = lambda totals: {"reward_mean": 0.0, "rewards": {}, "totals": totals}
+        return {"n": len(base), "base": side(base), "tuned": side(tuned), "delta": 0.0, "gap_closed": None}
+
+    clear = eval_markdown("run-1", {"state": "finished"}, result([1, 2, 3, 4, 5, 6, 7, 8], [2, 3, 4, 5, 6, 7, 8, 8]))
+    assert "tuned scored higher on **7**, lower on **0**, the same on 1 of 8." in clear
+    assert "above zero, so the gain holds across these prompts." in clear
+    mixed = eval_markdown("run-1", {"state": "finished"}, result([0] * 8, [3, -2, 1, -1, 2, -3, 1, 0]))
+    assert "higher on **4**, lower on **3**, the same on 1 of 8." in mixed
+    assert "it holds zero, so on 8 prompts this difference may be chance. Train further" in mixed
+    worse = eval_markdown("run-1", {"state": "finished"}, result([5] * 6, [4, 3, 4, 2, 4, 3]))
+    assert "below zero: the tuned model scores lower on these prompts." in worse
+    # The evaluator's own comparison is the one shown; a prompt either side could not score is left out.
+    written = result([1, None, 3, 4, 5, 6], [2, 9, 4, 5, 6, 7])
+    written["paired"] = {"n": 5, "better": 5, "worse": 0, "same": 0, "mean": 1.0, "level": 0.9, "low": 1.0,
+                         "high": 1.0}
+    assert "higher on **5**, lower on **0**, the same on 0 of 5." in eval_markdown("r", {"state": "finished"}, written)
+    assert "Prompt by prompt" not in eval_markdown("run-1", {"state": "finished"}, result([], []) | {"n": 0})
+
+
 def test_the_runs_overlay_shows_only_once_a_run_is_ticked():
     from pipeline.run_folder import runs
     from ui.runs_panel import compare_runs, overlay_labels
