@@ -36,7 +36,8 @@ def paired_text(gain: dict | None) -> str:
     """Prompt by prompt, base against tuned: how many went up and down, and the mean gain's interval."""
     if not gain:
         return ""
-    interval = "" if gain["low"] is None else f", {gain['level']:.0%} interval {gain['low']:+.2f} to {gain['high']:+.2f}"
+    interval = ("" if gain["low"] is None else
+                f", {gain['level']:.0%} interval {gain['low']:+.2f} to {gain['high']:+.2f}")
     return f"; held-out prompts up {gain['better']}, down {gain['worse']}, same {gain['same']}{interval}"
 
 

@@ -181,9 +181,9 @@ def build(ctx: TabContext) -> Tab:
                                              label="Curve", elem_id="compare-curve",
                                              info="Held-out reward is the probe prompts' (never trained on; step "
                                                   "0 is the base model): whether a run's gain carries over.")
-                    compare_plot = gr.LinePlot(None, x="step", y="value", color="series", visible=False,
-                                               title=charts.COMPARE_TITLE, height=240, elem_id="compare-plot",
-                                               y_title=charts.CHART_Y_TITLES["compare"],
+                    compare_plot = gr.LinePlot(None, x="step", y="value", color="series", color_title="run",
+                                               visible=False, title=charts.COMPARE_TITLE, height=240,
+                                               elem_id="compare-plot", y_title=charts.CHART_Y_TITLES["compare"],
                                                **charts.STEP_CHART)
                     compared = gr.HTML(COMPARE_EMPTY, elem_id="compare-settings")
                 with gr.Column():
