@@ -10,6 +10,7 @@ import re
 
 import pandas as pd
 
+from pipeline.training.paired_gain import paired_gain
 from ui.charts import _finite, reward_frame
 
 
@@ -251,6 +252,9 @@ def outcome_html(evals: list[dict], state: str | None, next_steps: bool = True) 
     >>> text = outcome_html(evals, "finished")
     >>> "on 2 held-out prompts" in text, "<td>197</td><td>261</td><td class='gs-up'>▲ +63.9</td>" in text
     (True, True)
+    >>> evals[0]["samples"], evals[1]["samples"] = [{"total": 1.0}, {"total": 2.0}], [{"total": 3.0}, {"total": 2.0}]
+    >>> re.search("Prompt by prompt.*?</div>", outcome_html(evals, "finished"))[0]
+    'Prompt by prompt: higher on <b>1</b>, lower on <b>0</b>, the same on 1 of 2.</div>'
     """
     if state not in ("finished", "stopped") or len(evals) < 2 or evals[0].get("step") != 0:
         return ""
@@ -267,11 +271,24 @@ def outcome_html(evals: list[dict], state: str | None, next_steps: bool = True) 
     return (f"<div class='gs-outcome'><div><b>Before and after</b>, on {prompts} held-out prompts the run never "
             f"trained on, answered greedily: the base model at step 0, the tuned one at step {tuned['step']}.</div>"
             f"<table class='gs-outcome-table'><tr><th></th><th>base</th><th>tuned</th><th>change</th></tr>{body}"
-            f"</table>{NEXT_STEPS if next_steps else ''}</div>")
+            f"</table>{_per_prompt(base, tuned)}{NEXT_STEPS if next_steps else ''}</div>")
+
+
+def _per_prompt(base: dict, tuned: dict) -> str:
+    """How many probe prompts the tuned model scored higher, lower or the same on (the same prompts, in the
+    same order, at every probe; a pair whose prompts differ is left out)."""
+    pairs = [(b.get("total"), t.get("total")) for b, t in zip(base.get("samples") or [], tuned.get("samples") or [])
+             if b.get("prompt") == t.get("prompt")]
+    gain = paired_gain([b for b, _ in pairs], [t for _, t in pairs])
+    if not gain:
+        return ""
+    return (f"<div class='gs-per-prompt'>Prompt by prompt: higher on <b>{gain['better']}</b>, lower on "
+            f"<b>{gain['worse']}</b>, the same on {gain['same']} of {gain['n']}.</div>")
 
 
 NEXT_STEPS = ("<div class='gs-next'>Next: talk to it beside the base model in <b>Chat</b> (tick <i>Side by side</i>), "
-              "or press <b>Evaluate base vs tuned</b> in the Runs panel to score it on every held-out prompt.</div>")
+              "or press <b>Evaluate base vs tuned</b> in the Runs panel to score it on every held-out prompt and see "
+              "whether the gain is more than chance.</div>")
 
 
 def held_out_text(evals: list[dict]) -> str:

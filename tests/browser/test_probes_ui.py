@@ -93,5 +93,7 @@ def test_probes_show_step_0_then_a_later_step_with_format_compliance_and_the_ste
     expect(outcome).to_contain_text("on 2 held-out prompts the run never trained on", timeout=30_000)
     expect(outcome.locator("tr", has_text="accuracy")).to_be_visible()
     expect(outcome.locator("tr", has_text="numeric_tolerance")).to_be_visible()
+    expect(outcome.locator(".gs-per-prompt")).to_contain_text(re.compile(r"Prompt by prompt: higher on \d, lower on "
+                                                                         r"\d, the same on \d of 2\."))
     expect(outcome).to_contain_text("Evaluate base vs tuned")
     shot(page, "probes-07-before-and-after", page.locator("#progress"))
