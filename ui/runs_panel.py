@@ -190,18 +190,19 @@ def resume_training(name: str | None, allow_custom: bool, operators=(), request:
     return gr.Dropdown(value=name), f"▶ Resuming **{name}** from its last complete checkpoint{to}."
 
 
-def evaluate_run(name: str | None, operators=(), request: gr.Request = None):
-    """Start the run's evaluation (base vs tuned) as a runner job and return at once; the Runs panel's
-    evaluation view follows it through the live view."""
+def evaluate_run(name: str | None, operators=(), request: gr.Request = None, prompts=None):
+    """Start the run's evaluation (base vs tuned) on up to `prompts` held-out prompts (empty or 0: EVAL_LIMIT) as
+    a runner job and return at once; the Runs panel's evaluation view follows it through the live view."""
     path = run_path(name)
     if path is None:
         return "Pick a finished run to evaluate."
+    limit = int(prompts) if prompts else EVAL_LIMIT
     try:
-        runner.start("eval", path, actor=acting(request, operators))
+        runner.start("eval", path, limit=limit, actor=acting(request, operators))
     except (RuntimeError, OSError) as exc:  # RunnerError says why; a full disk or a racing launch too
         return f"❌ {exc}"
     free_gpu_for_training()  # the evaluator loads the base and tuned models on the same GPU
-    return (f"▶ Started evaluating **{name}** on up to {EVAL_LIMIT} held-out prompts (greedy, base then tuned); "
+    return (f"▶ Started evaluating **{name}** on up to {limit} held-out prompts (greedy, base then tuned); "
             "its progress, then its result, show below.")
 
 

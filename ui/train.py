@@ -12,6 +12,7 @@ from typing import Any
 
 import gradio as gr
 
+from pipeline.run_folder.jobs import EVAL_LIMIT, EVAL_MAX
 from pipeline.run_folder.runs import RUN_NAME_MAX
 from pipeline.setup.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.models.loading import catalog_choices, gpu_count
@@ -191,9 +192,16 @@ def build(ctx: TabContext) -> Tab:
                     with gr.Row():
                         resume_btn = gr.Button("Resume", elem_id="resume-btn")
                         eval_btn = gr.Button("Evaluate base vs tuned", elem_id="eval-btn")
-                    resume_steps = gr.Number(value=None, precision=0, minimum=0, label="Resume to step",
-                                             info="0 or empty: the run's own step count. Above a finished run's "
-                                                  "last step, Resume trains it further.", elem_id="resume-steps")
+                    with gr.Row():
+                        resume_steps = gr.Number(value=None, precision=0, minimum=0, label="Resume to step",
+                                                 info="0 or empty: the run's own step count. Above a finished "
+                                                      "run's last step, Resume trains it further.",
+                                                 elem_id="resume-steps")
+                        eval_prompts = gr.Number(value=EVAL_LIMIT, precision=0, minimum=1, maximum=EVAL_MAX,
+                                                 label="Held-out prompts to evaluate",
+                                                 info="More take longer and tell a real gain from chance more "
+                                                      "surely; a run holds out only so many.",
+                                                 elem_id="eval-prompts")
                     with gr.Row():  # the jobs' own stops, under the buttons that start them
                         eval_stop_btn = gr.Button("Stop evaluation", size="sm", elem_id="eval-stop-btn")
                         push_stop_btn = gr.Button("Stop push", size="sm", elem_id="push-stop-btn")
@@ -285,7 +293,7 @@ def build(ctx: TabContext) -> Tab:
         then_refresh(resume_btn.click(resume_training, [action_run, allow, ops, resume_steps],
                                       [run_select, action_msg]))
         # The evaluation is a runner job: the click returns at once; its files' changes show its progress and result.
-        eval_btn.click(evaluate_run, [action_run, ops], action_msg, api_name="evaluate_run").then(
+        eval_btn.click(evaluate_run, [action_run, ops, eval_prompts], action_msg, api_name="evaluate_run").then(
             eval_view, [action_run], eval_box, show_progress="hidden")
         eval_stop_btn.click(stop_evaluation, [action_run, ops], action_msg, api_name="stop_evaluation")
         push_stop_btn.click(stop_push, [action_run, ops], action_msg, api_name="stop_push")

@@ -152,6 +152,7 @@ def state_writers() -> dict[tuple[str, str], tuple[str, ...]]:
 # ---- the app's three kinds -------------------------------------------------------------------------
 
 EVAL_LIMIT = 16  # held-out prompts the app evaluates: enough to compare base and tuned in a minute or two on CPU
+EVAL_MAX = 1000  # the most the Runs panel asks for: about half an hour on 2 cores (bundled model, 32 tokens)
 
 TRAIN = declare(Job(
     kind="train", what="the trainer", module="pipeline.train", status_file=run_files.STATUS,

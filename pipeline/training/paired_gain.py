@@ -81,8 +81,9 @@ def gain_sentence(gain: dict | None, bold: str = "") -> str:
     meaning = {
         "up": "above zero, so the gain holds across these prompts.",
         "down": "below zero: the tuned model scores lower on these prompts.",
-        "unclear": (f"it holds zero, so on {gain['n']} prompts this difference may be chance. Train further "
-                    "(Resume to step) and evaluate again."),
+        "unclear": (f"it holds zero, so on {gain['n']} prompts this difference may be chance. Evaluate on more "
+                    "held-out prompts, if the run holds more out, or train further (Resume to step) and evaluate "
+                    "again."),
     }[kind]
     return f"{counts}{interval}: {meaning}"
 

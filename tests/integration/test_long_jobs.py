@@ -35,8 +35,9 @@ def test_evaluate_returns_at_once_and_the_runs_panel_follows_the_job(app, bundle
     _, client = app
     run_dir = evaluable_run("eval-job", bundled_model_dir, held_out=3)
     offer_runs(client)
-    message = client.predict(run_dir.name, api_name="/evaluate_run")
-    assert "Started evaluating" in str(value_of(message)), message
+    # The page's "Held-out prompts to evaluate" reaches the evaluator: 2 of the run's 3.
+    message = client.predict(run_dir.name, 2, api_name="/evaluate_run")
+    assert "Started evaluating" in str(value_of(message)) and "on up to 2 held-out" in str(value_of(message)), message
     # The handler has returned while the job is still under way: it started a process, it did not wait.
     assert runner.status("eval", run_dir)["state"] in ("queued", "running")
     assert not (run_dir / "eval.json").exists()
@@ -53,10 +54,10 @@ def test_evaluate_returns_at_once_and_the_runs_panel_follows_the_job(app, bundle
     result = runs.read_json(run_dir / "eval.json")
     status = runner.status("eval", run_dir)
     assert status["state"] == "done" and status["done"] == status["total"] == 2 * result["n"]
-    assert result["n"] == len(result["samples"]) == 3
+    assert result["n"] == len(result["samples"]) == 2
     # The "tuned" model is the base model: greedy answers, and so every total, are the same.
     assert result["base"]["totals"] == result["tuned"]["totals"] and result["delta"] == pytest.approx(0)
-    assert (result["paired"]["same"], result["paired"]["better"], result["paired"]["worse"]) == (3, 0, 0)
+    assert (result["paired"]["same"], result["paired"]["better"], result["paired"]["worse"]) == (2, 0, 0)
     assert "Evaluation failed" not in (run_dir / "eval.log").read_text()
     # A page reload (a fresh view with no signature) finds the result again on disk.
     assert "Delta (tuned - base)" in view(client, run_dir.name)

@@ -161,7 +161,7 @@ def test_the_evaluation_says_whether_the_gain_is_more_than_chance():
     assert "above zero, so the gain holds across these prompts." in clear
     mixed = eval_markdown("run-1", {"state": "finished"}, result([0] * 8, [3, -2, 1, -1, 2, -3, 1, 0]))
     assert "higher on **4**, lower on **3**, the same on 1 of 8." in mixed
-    assert "it holds zero, so on 8 prompts this difference may be chance. Train further" in mixed
+    assert "it holds zero, so on 8 prompts this difference may be chance. Evaluate on more held-out prompts" in mixed
     worse = eval_markdown("run-1", {"state": "finished"}, result([5] * 6, [4, 3, 4, 2, 4, 3]))
     assert "below zero: the tuned model scores lower on these prompts." in worse
     # The evaluator's own comparison is the one shown; a prompt either side could not score is left out.
