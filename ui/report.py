@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+from markdown_it import MarkdownIt
 
 from pipeline.run_folder import run_files, runs
 from pipeline.setup import steering
@@ -23,6 +24,8 @@ PAGE_CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: #1f2937; margin: 0 auto;
        max-width: 1040px; padding: 24px; line-height: 1.45; }
 h1 { font-size: 1.6em; margin: 0 0 4px; } h2 { font-size: 1.2em; margin: 28px 0 8px; }
+.gs-report-eval table { border-collapse: collapse; }
+.gs-report-eval th, .gs-report-eval td { border: 1px solid #d1d5db; padding: 3px 10px; }
 .gs-report-where { color: #4b5563; }
 .gs-report-charts { display: grid; grid-template-columns: repeat(2, 1fr); gap: 12px; }
 .gs-report-charts figure { margin: 0; border: 1px solid #e5e7eb; border-radius: 6px; padding: 6px; }
@@ -178,6 +181,23 @@ def settings_html(config: dict) -> str:
         + "</table><p>Every other setting is at its default (<code>pipeline/setup/config.py</code>).</p>")
 
 
+def evaluation_html(run_dir: Path) -> str:
+    """The run's last *Evaluate base vs tuned* (eval.json), worded as the Runs panel words it, with its note when
+    the run trained after it; empty when there is none, or it can't be read. Markdown rendered with raw HTML off,
+    so nothing in it becomes markup."""
+    result = runs.read_json(run_dir / run_files.EVAL_RESULT)
+    if not isinstance(result, dict):
+        return ""
+    try:
+        text = views.eval_result_markdown(run_dir.name, result)
+    except (KeyError, TypeError, ValueError):
+        return ""
+    if runs.trained_since_evaluation(run_dir):
+        text += "\n\n" + views.EVAL_STALE
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    return f"<h2>Evaluation: base vs tuned</h2><div class='gs-report-eval'>{body}</div>"
+
+
 def report_html(run_dir: str | Path, now: datetime.datetime | None = None) -> str:
     """The whole report of the run in `run_dir`, as it stands on disk now (a running run's so far)."""
     run_dir = Path(run_dir)
@@ -203,6 +223,7 @@ def report_html(run_dir: str | Path, now: datetime.datetime | None = None) -> st
     if changes:
         items = "".join(f"<li>step {c.get('step')}: {html.escape(charts.change_label(c))}</li>" for c in changes)
         sections.append(f"<h2>Steered while it trained</h2><ul>{items}</ul>")
+    sections.append(evaluation_html(run_dir))
     if len(evals) > 1:
         sections += ["<h2>Held-out answers: the base model, then the tuned one</h2>",
                      probes_view.probes_html([evals[0], evals[-1]], pick=evals[-1]["step"], cfg=config,

@@ -247,19 +247,9 @@ def eval_view(name: str | None) -> str:
         except (OSError, ValueError) as exc:
             result = exc
     text = views.eval_markdown(path.name, status, result)
-    if isinstance(result, dict) and _trained_since(path, result_file):
-        text += ("\n\n⚠️ The run has trained since this evaluation: these numbers are for its model before. Press "
-                 "**Evaluate base vs tuned** again for the model it has now.")
+    if isinstance(result, dict) and runs.trained_since_evaluation(path):
+        text += "\n\n" + views.EVAL_STALE
     return text + "\n\n" + push_line if push_line else text
-
-
-def _trained_since(run_dir: Path, result_file: Path) -> bool:
-    """Whether a training of the run ended after its eval.json was written (a resume to a later step)."""
-    ended = runs.read_status(run_dir).get("ended_at")
-    try:
-        return bool(ended) and float(ended) > result_file.stat().st_mtime
-    except (OSError, TypeError, ValueError):
-        return False
 
 
 def delete_run(name: str | None, confirmed: bool, with_exports: bool = False, operators=(),

@@ -271,6 +271,8 @@ the batch std **2.0000** being that of all 8 totals of the step's 4 groups, scor
 # ---- evaluation (base vs tuned) ---------------------------------------------------------------------
 
 EVAL_UNFINISHED = ("queued", "running", "failed", "stopped")  # states with no eval.json to show
+EVAL_STALE = ("⚠️ The run has trained since this evaluation: these numbers are for its model before. Press "
+              "**Evaluate base vs tuned** again for the model it has now.")
 
 
 def eval_result_markdown(name: str, result: dict) -> str:

@@ -211,6 +211,16 @@ def read_status(run_dir: str | Path) -> dict:
     return status
 
 
+def trained_since_evaluation(run_dir: str | Path) -> bool:
+    """Whether a training of the run ended after its eval.json was written (a resume to a later step): the
+    evaluation's numbers are then for the model before."""
+    ended = read_status(run_dir).get("ended_at")
+    try:
+        return bool(ended) and float(ended) > (Path(run_dir) / run_files.EVAL_RESULT).stat().st_mtime
+    except (OSError, TypeError, ValueError):
+        return False
+
+
 # ---- any kind, by its declaration -----------------------------------------------------------------
 
 

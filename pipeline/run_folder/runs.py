@@ -24,7 +24,8 @@ from typing import Iterator
 
 from pipeline.run_folder.jobstate import busy_with, job_status
 from pipeline.run_folder.jobstate import (  # noqa: F401 - re-exported: the run's state, as callers know it (runs.<name>)
-    ACTIVE_STATES, DAMAGED, launcher, launcher_alive, process_create_time, process_start, read_status, write_status)
+    ACTIVE_STATES, DAMAGED, launcher, launcher_alive, process_create_time, process_start, read_status,
+    trained_since_evaluation, write_status)
 from pipeline.run_folder.jsonio import _read_json, file_problem
 from pipeline.run_folder.jsonio import (  # noqa: F401 - re-exported: the JSON files of a run
     append_jsonl, read_json, read_jsonl, unreadable_lines, write_json_atomic)

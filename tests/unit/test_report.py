@@ -62,6 +62,29 @@ def test_the_report_holds_every_part_of_the_run(own_data):
     assert "<th>learning_rate</th><td>0.0001</td>" in page and "<th>reward: custom_python</th>" in page
 
 
+def test_the_report_holds_the_runs_evaluation_and_says_when_it_is_out_of_date(own_data):
+    """Evaluate base vs tuned, as the Runs panel words it: the table, the gain prompt by prompt and its interval;
+    a reward name that looks like markup stays text; a training that ended after it is said."""
+    import os
+    import time
+
+    from ui.report import report_html
+
+    run_dir = written_run()
+    assert "Evaluation: base vs tuned" not in report_html(run_dir)  # none yet: no empty section
+    side = lambda totals: {"reward_mean": sum(totals) / 6, "rewards": {HOSTILE: 1.0}, "totals": totals}
+    runs.write_json_atomic(run_dir / run_files.EVAL_RESULT, {
+        "n": 6, "base": side([1, 2, 3, 4, 5, 6]), "tuned": side([2, 3, 4, 5, 6, 6]), "delta": 0.83, "gap_closed": 0.4})
+    os.utime(run_dir / run_files.EVAL_RESULT, (time.time() + 60, time.time() + 60))  # after the run ended
+    page = report_html(run_dir)
+    assert "<h2>Evaluation: base vs tuned</h2>" in page and "<td>tuned</td>" in page
+    assert "Prompt by prompt: tuned scored higher on <strong>5</strong>" in page and "above zero" in page
+    assert "&lt;script&gt;" in page and "<script" not in page.lower()
+    assert "trained since this evaluation" not in page
+    runs.write_status(run_dir, "finished", started_at=1.0, ended_at=time.time() + 120)  # resumed after it
+    assert "The run has trained since this evaluation" in report_html(run_dir)
+
+
 def test_the_report_is_one_page_with_nothing_to_load_or_run_and_no_markup_from_the_run(own_data):
     from ui.report import report_html
 
