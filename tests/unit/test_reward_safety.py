@@ -203,7 +203,9 @@ def test_a_trainer_with_custom_rewards_starts_without_tokens(secrets_in_the_serv
     from pipeline.run_folder import runs
 
     monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
-    dump = "import json, os, sys; json.dump(sorted(os.environ), open(sys.argv[-1] + '/env.json', 'w'))"
+    # written whole, then renamed: the file's existence means its contents are there
+    dump = ("import json, os, sys; d = sys.argv[-1]; f = open(d + '/env.part', 'w'); "
+            "json.dump(sorted(os.environ), f); f.close(); os.replace(d + '/env.part', d + '/env.json')")
     stand_in(monkeypatch, "train", lambda run_dir, **kw: [sys.executable, "-c", dump, str(run_dir)])
     custom = runner.start("train", cfg=RunConfig(rewards=[RewardSpec("custom_python", 1.0, {"code": READS_SECRETS})]), label="custom", allow_custom_rewards=True)
     assert _wait_for(lambda: (custom / "env.json").exists() and runner.busy_run() is None)  # one run at a time
