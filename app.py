@@ -200,9 +200,23 @@ def serve(args: argparse.Namespace, prevent_thread_lock: bool = False):
     # model's conversion (once per data folder) and a spare worker with the training libraries imported.
     start_bundled_conversion()
     prepare_spare()
+    start_queue_keeper(args.allow_custom_rewards)
     if not prevent_thread_lock:
         demo.block_thread()
     return demo, url
+
+
+def start_queue_keeper(allow_custom_rewards: bool) -> None:
+    """The thread that starts the queued trainings, one when the machine frees (pipeline/runner.py: watch_queue);
+    a GPU's chat models make room for each, as they do for a Start."""
+    import threading
+
+    from pipeline.runner import watch_queue
+    from ui.runs_panel import free_gpu_for_training
+
+    threading.Thread(target=watch_queue, name="queue-keeper", daemon=True,
+                     kwargs=dict(allow_custom_rewards=allow_custom_rewards,
+                                 on_start=lambda run_dir: free_gpu_for_training())).start()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import spare_worker
-from pipeline.run_folder import jobs, jobstate, owners, run_files, runs
+from pipeline.run_folder import jobs, jobstate, owners, run_files, run_queue, runs
 from pipeline.run_folder.processes import end_tree
 from pipeline.setup.config import RunConfig
 
@@ -40,6 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # How long torchrun waits, after passing a Stop to the ranks, before it kills them: the current step,
 # a checkpoint, the adapter and the merged model must fit (torchrun's own default is 30 s).
 SHUTDOWN_GRACE_S = 900
+# How often the app looks at the queue of waiting trainings while it has one: a queued run starts this long at most
+# after the machine is free.
+QUEUE_CHECK_S = 2.0
 
 
 class RunnerError(RuntimeError):
@@ -148,23 +151,111 @@ def start(kind: str, run_dir: Path | None = None, actor: owners.Actor | None = N
     _validate(spec, run_dir, **options)  # before the lock: a bad request never waits
     # The checks and the launch that makes a job busy happen under one lock, so two Starts can't both pass.
     with start_lock():
-        _refuse(spec, run_dir, **options)
-        if run_dir is not None and (is_active(kind, run_dir) or launcher_alive(kind, run_dir)):
-            raise RunnerError(f"Run '{run_dir.name}' {spec.busy}")
-        created = run_dir is None
+        return _start_locked(spec, run_dir, actor, **options)
+
+
+def _start_locked(spec: jobs.Job, run_dir: Path | None, actor: owners.Actor | None, **options: Any) -> Path:
+    """start()'s checks and launch; the caller holds the start lock."""
+    _refuse(spec, run_dir, **options)
+    if run_dir is not None and (is_active(spec.kind, run_dir) or launcher_alive(spec.kind, run_dir)):
+        raise RunnerError(f"Run '{run_dir.name}' {spec.busy}")
+    created = run_dir is None
+    if created:
+        if not spec.creates_run:
+            raise RunnerError(f"A {spec.kind} job needs a run folder.")
+        run_dir = _new_run(owner=actor.user if actor else None, **options)
+    try:
+        nproc = _processes(spec, run_dir, **options)
+        cmd = command(spec.kind, run_dir, **{**options, "nproc": nproc})
+        _launch(run_dir, cmd, nproc, kind=spec.kind, env=spec.env(**options))
+    except BaseException:
         if created:
-            if not spec.creates_run:
-                raise RunnerError(f"A {kind} job needs a run folder.")
-            run_dir = _new_run(owner=actor.user if actor else None, **options)
-        try:
-            nproc = _processes(spec, run_dir, **options)
-            cmd = command(kind, run_dir, **{**options, "nproc": nproc})
-            _launch(run_dir, cmd, nproc, kind=kind, env=spec.env(**options))
-        except BaseException:
-            if created:
-                shutil.rmtree(run_dir, ignore_errors=True)  # no half-created run is left behind
-            raise
+            shutil.rmtree(run_dir, ignore_errors=True)  # no half-created run is left behind
+        raise
     return run_dir
+
+
+# ---- trainings waiting their turn ----------------------------------------------------------------------
+
+
+def queue_training(cfg: RunConfig, label: str = "run", nproc: int = 1, allow_custom_rewards: bool = False,
+                   actor: owners.Actor | None = None) -> tuple[run_queue.Waiting, Path | None]:
+    """Put a training at the end of the line (pipeline/run_folder/run_queue.py), checked as Start checks it, then
+    start the line's first entry if the machine is free. Returns the entry and the run that started, if one did
+    (an older entry goes first)."""
+    spec = jobs.job("train")
+    _validate(spec, None, cfg=cfg, label=label, nproc=nproc, allow_custom_rewards=allow_custom_rewards)
+    entry = run_queue.Waiting(label=label, config=cfg.to_dict(), owner=actor.user if actor else None,
+                              nproc=int(nproc or 1), allow_custom_rewards=bool(allow_custom_rewards))
+    with start_lock():
+        try:
+            run_queue.add(entry)
+        except run_queue.QueueError as exc:
+            raise RunnerError(str(exc)) from None
+    return entry, start_next(allow_custom_rewards)
+
+
+def start_next(allow_custom_rewards: bool = False) -> Path | None:
+    """Start the first entry of the line when no training holds the machine; returns its run, or None when
+    nothing started. An entry that can't start (its settings no longer pass, its model is gone, custom rewards
+    are no longer allowed: `allow_custom_rewards` is what the app allows now) stays in the line with the reason,
+    and the next one is tried."""
+    if not run_queue.has_waiting():
+        return None
+    spec = jobs.job("train")
+    with start_lock():
+        while (entry := (queue := run_queue.read()).ready()) is not None and busy_run() is None:
+            allow = entry.allow_custom_rewards and allow_custom_rewards
+            try:
+                cfg = RunConfig.from_dict(entry.config)
+                _validate(spec, None, cfg=cfg, allow_custom_rewards=allow)
+                after = last_ended_run()
+                run_dir = _start_locked(spec, None, owners.Actor(entry.owner), cfg=cfg, label=entry.label,
+                                        nproc=entry.nproc, allow_custom_rewards=allow)
+            except (RunnerError, ValueError, TypeError, OSError) as exc:  # ValueError covers ConfigError
+                run_queue.failed(queue, entry, str(exc))
+                continue
+            run_queue.started(queue, entry, run_dir.name, after)
+            return run_dir
+    return None
+
+
+def unqueue(entry_id: str, actor: owners.Actor | None = None) -> run_queue.Waiting:
+    """Take an entry out of the line: its owner's to take, or an operator's (RunnerError says why not)."""
+    with start_lock():
+        try:
+            return run_queue.remove(entry_id, actor)
+        except run_queue.QueueError as exc:
+            raise RunnerError(str(exc)) from None
+
+
+def last_ended_run() -> str | None:
+    """The training that ended last, by name: the one a run started from the line follows."""
+    ended = []
+    for run_dir in runs.iter_run_dirs():
+        state = jobstate.read_status(run_dir)
+        if state.get("state") not in jobstate.ACTIVE_STATES:  # a trainer that died unheard has no ended_at
+            ended.append((float(state.get("ended_at") or state.get("updated_at") or 0), run_dir.name))
+    return max(ended)[1] if ended else None
+
+
+def watch_queue(allow_custom_rewards: bool = False, on_start=None, every_s: float = QUEUE_CHECK_S,
+                stop: threading.Event | None = None) -> None:
+    """The app's queue keeper (a daemon thread): every `every_s`, start the line's next run when the machine is
+    free, then call `on_start(run_dir)`. Runs until `stop` is set. It keeps the line of the runs folder it started
+    on, and only that one (a process that points its data folder elsewhere for a while, as tests do, pauses it)."""
+    stop = stop or threading.Event()
+    home = runs.runs_dir()
+    while not stop.wait(every_s):
+        if runs.runs_dir() != home:
+            continue
+        try:
+            run_dir = start_next(allow_custom_rewards)
+        except Exception as exc:  # noqa: BLE001 - a damaged run folder must not end the keeper
+            print(f"The queue could not start its next run: {exc}", file=sys.stderr, flush=True)
+            continue
+        if run_dir is not None and on_start is not None:
+            on_start(run_dir)
 
 
 def _validate(spec: jobs.Job, run_dir: Path | None, cfg: RunConfig | None = None,

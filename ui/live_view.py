@@ -13,8 +13,8 @@ from pathlib import Path
 from pipeline.run_folder import live, runs, token_log
 from pipeline.setup import steering
 from pipeline.setup.config import RunConfig
-from ui import charts, probes_view, steer_view, token_views, views
-from ui.runs_panel import eval_view, plot, run_path, runs_table
+from ui import charts, probes_view, queue_view, steer_view, token_views, views
+from ui.runs_panel import eval_view, plot, run_names, run_path, runs_table
 
 
 def snap_config(snap: runs.Snapshot) -> RunConfig | None:
@@ -39,6 +39,7 @@ PART_OUTPUTS = {
     "groups": ("groups", "group_step"),
     "tokens": ("groups",),  # the token view's record: drawn only in a shaded mode (groups_view)
     "log": ("log",),
+    "queue": ("queue_box", "queue_view", "queue_pick", "run_select"),  # the line, and a run it started
 }
 ALL_PARTS = " ".join(PART_OUTPUTS)
 # The line plots, whose colour per series (charts.series_colors) follows their data in a second event (see
@@ -63,6 +64,8 @@ def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None 
         out["eval_box"] = eval_view(action_name)
     if "runs" in moved:
         out["runs_table"] = runs_table()
+    if "queue" in moved:
+        out.update(queue_view.queue_part(run_name, run_names()))
     return out
 
 

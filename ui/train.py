@@ -30,8 +30,9 @@ from ui.runs_panel import (
 )
 from ui.train_form import (
     CLOSE_SETTINGS_JS, UPLOAD_TYPES, fill_preset, hyper_component, make_scanner, preview_dataset, reward_docs,
-    run_preflight, settings_accordion, show_command, start_training, store_upload,
+    queue_training, run_preflight, settings_accordion, show_command, start_training, store_upload,
 )
+from ui.queue_view import remove_from_queue
 
 
 TAB_LABEL = "Train"
@@ -112,8 +113,13 @@ def build(ctx: TabContext) -> Tab:
                     check_btn = gr.Button("Pre-flight check")
                     scan_btn = gr.Button("Learnability scan", elem_id="scan-btn")
                     cmd_btn = gr.Button("Show command")
+                    queue_btn = gr.Button("Add to queue", elem_id="queue-btn")
                     start_btn = gr.Button("Start", variant="primary", elem_id="start-btn")
                 message = gr.Markdown(elem_id="train-message")
+                with gr.Group(visible=False, elem_id="queue-box") as queue_box:  # shown while runs wait
+                    queue_list = gr.HTML(elem_id="queue")
+                    queue_pick = gr.Dropdown(label="Queued run", choices=[], elem_id="queue-pick")
+                    unqueue_btn = gr.Button("Remove from queue", size="sm", elem_id="unqueue-btn")
                 scan_prompts = gr.Number(value=SCAN_PROMPTS, precision=0, minimum=1, maximum=256,
                                          label="Prompts to scan", elem_id="scan-prompts",
                                          info=f"The learnability scan samples G completions for this many training "
@@ -241,6 +247,7 @@ def build(ctx: TabContext) -> Tab:
                  "groups": groups,
                  "group_step": group_step, "log": log, "probe_plot": probe_plot, "probes": probes_panel,
                  "probe_pick": probe_pick, "eval_box": eval_box, "runs_table": table,
+                 "queue_box": queue_box, "queue_view": queue_list, "queue_pick": queue_pick, "run_select": run_select,
                  "plot_colors": gr.State({})}  # the redrawn plots' colours, sent after their data (plot_colors)
         live_outputs = {name: shown[name] for names in PART_OUTPUTS.values() for name in names}
         live_inputs = [run_select, group_step, probe_pick, action_run, token_mode, moved_parts]
@@ -272,6 +279,10 @@ def build(ctx: TabContext) -> Tab:
             show_command, [allow, nproc, run_name], command, inputs_kwargs=form)
         then_refresh(start_btn.click(start_training, [allow, nproc, run_name], [run_select, message],
                                      inputs_kwargs=form, concurrency_limit=1, concurrency_id="start"))
+        then_refresh(queue_btn.click(queue_training, [allow, nproc, run_name], [run_select, message],
+                                     inputs_kwargs=form, concurrency_limit=1, concurrency_id="start",
+                                     api_name="queue_training"))
+        unqueue_btn.click(remove_from_queue, [queue_pick, ops], message, api_name="remove_from_queue")
         stop_btn.click(stop_training, [run_select, ops], stop_message)
         # A step picked in the group inspector redraws the groups. Through the API (/refresh) it is the live view's
         # Refresh, every part unless told which.

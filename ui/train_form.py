@@ -13,7 +13,7 @@ from typing import Any
 import gradio as gr
 
 from pipeline import runner
-from pipeline.run_folder import run_files, runs
+from pipeline.run_folder import run_files, run_queue, runs
 from pipeline.setup.config import ConfigError, RunConfig
 from pipeline.setup.data import DatasetError, load_rows, read_table
 from pipeline.models.loading import check_processes, gpu_count, hub_fetch_problem
@@ -177,24 +177,54 @@ def show_command(allow_custom: bool, nproc, run_name: str = "", **form):
             f"# ...or on 2 processes / GPUs:\n{multi}\n\n# config.json\n{cfg.to_json()}")
 
 
+def _request(nproc, run_name: str, form: dict) -> tuple[RunConfig, str, int]:
+    """What Start and Add to queue read from the form: the config, the run's name, its process count. Raises
+    ValueError (ConfigError among them) saying what is wrong."""
+    cfg = form_to_config(form)
+    label = runs.run_label(run_name, auto_label(cfg))
+    processes = check_processes(nproc, gpu_count())
+    # Offline with a hub model or dataset: said here, with the form as it is, not as a run that fails at once.
+    unreachable = hub_fetch_problem(cfg.model, cfg.dataset.hub_id if cfg.dataset.source == "hub" else None)
+    if unreachable:
+        raise ValueError(unreachable)
+    return cfg, label, processes
+
+
+STARTED = "▶ Started **{}**. The first step appears after the model loads and one group is sampled."
+
+
 def start_training(allow_custom: bool, nproc, run_name: str = "", request: gr.Request = None, **form):
     try:
-        cfg = form_to_config(form)
-        label = runs.run_label(run_name, auto_label(cfg))
-        processes = check_processes(nproc, gpu_count())
-        # Offline with a hub model or dataset: said here, with the form as it is, not as a run that fails at once.
-        unreachable = hub_fetch_problem(cfg.model, cfg.dataset.hub_id if cfg.dataset.source == "hub" else None)
-        if unreachable:
-            return gr.Dropdown(), f"❌ {unreachable}"
+        cfg, label, processes = _request(nproc, run_name, form)
         # More than one process: the same entry point under torchrun, one rank per GPU. The run is the
         # logged-in user's (no one's without a login).
         run_dir = runner.start("train", cfg=cfg, label=label, nproc=processes, allow_custom_rewards=allow_custom,
                                actor=acting(request))
     except (ConfigError, runner.RunnerError, OSError, ValueError) as exc:
-        return gr.Dropdown(), f"❌ {exc}"
+        busy = " Or press **Add to queue**: it starts by itself when that run ends." \
+            if isinstance(exc, runner.RunnerError) and runner.busy_run() is not None else ""
+        return gr.Dropdown(), f"❌ {exc}{busy}"
     free_gpu_for_training()
-    return (gr.Dropdown(choices=run_names(), value=run_dir.name),
-            f"▶ Started **{run_dir.name}**. The first step appears after the model loads and one group is sampled.")
+    return gr.Dropdown(choices=run_names(), value=run_dir.name), STARTED.format(run_dir.name)
+
+
+def queue_training(allow_custom: bool, nproc, run_name: str = "", request: gr.Request = None, **form):
+    """Add to queue: the form's run waits for the machine (checked now as Start checks it), and starts by itself;
+    on a free machine the line's first run starts at once."""
+    try:
+        cfg, label, processes = _request(nproc, run_name, form)
+        entry, started = runner.queue_training(cfg, label=label, nproc=processes, allow_custom_rewards=allow_custom,
+                                               actor=acting(request))
+    except (ConfigError, runner.RunnerError, OSError, ValueError) as exc:
+        return gr.Dropdown(), f"❌ {exc}"
+    if started is not None:
+        free_gpu_for_training()
+        return gr.Dropdown(choices=run_names(), value=started.name), STARTED.format(started.name)
+    place = run_queue.read().position(entry.id)
+    busy = runner.busy_run()
+    after = f" after **{busy[0].name}**" if busy else ""
+    return gr.Dropdown(), (f"Queued **{label}**, number {place} in line: it starts by itself{after}, and a page "
+                           "showing that run moves to it. Remove from queue, below, takes it out.")
 
 
 def fill_preset(name: str, allow_custom: bool = False) -> dict[str, Any]:

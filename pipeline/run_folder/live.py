@@ -36,7 +36,7 @@ SHOWN_PARTS = {
     # the steer panel (ui/steer_panel.py, its own view): the values in force, the requests and their answers
     "steering": (run_files.CONFIG, run_files.LAUNCHES, run_files.STEER_REQUESTS, run_files.STEERING),
 }
-PARTS = (*SHOWN_PARTS, "jobs", "runs", "push", "models")
+PARTS = (*SHOWN_PARTS, "jobs", "runs", "push", "models", "queue")
 
 
 def action_files() -> tuple[str, ...]:
@@ -120,7 +120,8 @@ def _listed_stamps() -> dict[str, str]:
             if run_dir.is_dir():
                 for part, names in listed.items():
                     lines[part].append(run_dir.name + "=" + ",".join(_stamp(run_dir / f) for f in names))
-    return {part: _digest("|".join(found)) for part, found in lines.items()}
+    names = [line.split("=", 1)[0] for line in lines["runs"]]
+    return {**{part: _digest("|".join(found)) for part, found in lines.items()}, "names": _digest("|".join(names))}
 
 
 def _models_stamp() -> str:
@@ -153,4 +154,6 @@ def stamps(shown: str | None, action: str | None, now: float | None = None) -> d
     out["runs"] = f"{listed['runs']};{shown_head}{shown_state};{action_head}{action_state}"
     out["push"] = listed["push"]
     out["models"] = _models_stamp()
+    # The queue of waiting trainings, and the runs there are to pick (a run the queue started appears).
+    out["queue"] = f"{_stamp(runs.runs_dir() / run_files.QUEUE)};{listed['names']}"
     return out

@@ -44,6 +44,8 @@ PUSH_LOG = "push.log"
 
 # The runs folder itself (not a run): one Start, Resume or Delete at a time.
 START_LOCK = ".start.lock"
+# The runs folder's queue of trainings waiting for the machine (pipeline/run_folder/run_queue.py).
+QUEUE = ".queue.json"
 
 
 def merged_model(run_dir: str | Path) -> Path | None:

@@ -103,9 +103,12 @@ def test_start_watch_stop_reload_and_resume(page, app_url, tiny_model_dir):
     assert runs.read_status(run_dir)["step"] > stop_step
 
 
-def test_second_start_while_training_is_refused(page, app_url, tiny_model_dir):
-    """One training at a time: a second Start gets a clear message and launches nothing."""
+def test_a_start_while_training_is_refused_and_a_queued_run_starts_when_it_ends(page, app_url, tiny_model_dir):
+    """One training at a time: a second Start gets a clear message and launches nothing. Add to queue keeps the
+    form's run in a line shown under the buttons; Remove takes one out; when the training ends (Stop), the app
+    starts the queued run by itself, and the page that showed the stopped run moves to it."""
     from pipeline import runner
+    from pipeline.run_folder import run_queue
     from pipeline.setup.config import RunConfig
 
     # The previous test's trainer wrote "stopped" and may still be exiting; wait for it as a user would.
@@ -119,12 +122,40 @@ def test_second_start_while_training_is_refused(page, app_url, tiny_model_dir):
         page.goto(app_url)
         # The page opens on the run that is training now.
         expect(page.locator("#run-select input")).to_have_value(busy.name, timeout=30_000)
+        expect(page.locator("#queue")).to_be_hidden()  # nothing waits
         page.locator("#start-btn").click()
         expect(page.locator("#train-message")).to_contain_text("still training", timeout=30_000)
+        expect(page.locator("#train-message")).to_contain_text("Add to queue")
         assert len(list(runs.iter_run_dirs())) == before
+
+        # Two runs queued from the form, each with its own settings; the second is taken out again.
+        fill_settings(page, {"Probe every N steps (0 = off)": "0", "Steps": "2", **LIGHT_RUN})
+        page.get_by_label("…or a hub id / local folder").fill(str(tiny_model_dir))
+        for name in ("queued first", "queued second"):
+            page.locator("#run-name textarea, #run-name input").first.fill(name)
+            page.locator("#queue-btn").click()
+            expect(page.locator("#train-message")).to_contain_text(f"Queued {name.replace(' ', '-')}",
+                                                                   timeout=30_000)
+        expect(page.locator("#queue")).to_contain_text("2 waiting", timeout=30_000)
+        expect(page.locator("#queue")).to_contain_text(f"Next after {busy.name}")
+        assert len(list(runs.iter_run_dirs())) == before  # waiting is not training
+        shot(page, "train-06-queued")
+        page.locator("#queue-pick input").click()
+        page.get_by_role("option", name="2. queued-second").click()
+        page.locator("#unqueue-btn").click()
+        expect(page.locator("#train-message")).to_contain_text("Removed queued-second", timeout=30_000)
+        expect(page.locator("#queue")).to_contain_text("1 waiting", timeout=30_000)
+
         page.locator("#stop-btn").click()
         expect(page.locator("#stop-message")).to_contain_text("Stop requested", timeout=30_000)
-        shot(page, "train-06-refused-and-stopped")
+        # The queue's run starts once the stopped one has exited, and the page follows it to the end.
+        expect(page.locator("#run-select input")).to_have_value(re.compile("queued-first$"), timeout=120_000)
+        expect(page.locator("#queue")).to_be_hidden(timeout=30_000)
+        expect(page.locator("#progress [data-state=finished]")).to_be_visible(timeout=300_000)
+        shot(page, "train-07-queue-started")
     finally:
         runner.stop("train", busy, grace_s=120)
     assert runs.read_status(busy)["state"] in ("stopped", "failed")
+    started = runs.runs_dir() / page.locator("#run-select input").input_value()
+    assert '"max_steps": 2' in (started / "config.json").read_text()
+    assert run_queue.read().waiting == [] and [r["run"] for r in run_queue.read().started] == [started.name]

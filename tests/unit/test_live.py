@@ -71,7 +71,11 @@ def test_the_stamps_hold_still_until_a_file_a_part_reads_changes():
     # The Runs panel's run changed state: the table, and its jobs box (which says when it trained since its
     # evaluation).
     assert moved(lambda: runs.write_status(other, "stopped")) == {"runs", "jobs"}
-    assert moved(lambda: make_running_run("third")) == {"runs", "jobs", "push"}  # a new run folder is listed
+    # a new run folder is listed, and can be picked (the queue's part offers it)
+    assert moved(lambda: make_running_run("third")) == {"runs", "jobs", "push", "queue"}
+    # A training queued or taken out of the queue moves the queue's part alone.
+    from pipeline.run_folder import run_queue
+    assert moved(lambda: run_queue.add(run_queue.Waiting("later", {"max_steps": 2}))) == {"queue"}
     # What Chat and RAG offer: a checkpoint whose save finished, then a merged model; a half-saved one is not yet.
     (other / "checkpoint-2").mkdir()
     assert moved(lambda: None) == set()

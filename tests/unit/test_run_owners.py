@@ -138,3 +138,30 @@ def test_the_runs_table_says_whose_run_it_is_once_a_run_has_an_owner(own_runs):
     table = runs_panel.runs_table()
     owner_of = dict(zip(table["run"], table["owner"]))
     assert owner_of[run_dir.name] == "alice" and not isinstance(owner_of[runner_less.name], str)
+
+
+def test_a_queued_run_is_its_queuers_to_remove_and_starts_as_theirs(own_runs, monkeypatch):
+    """Add to queue under a login: the entry, and the run it becomes, are the user's; another user's Remove is
+    refused with the owner's name, an operator's goes through."""
+    from pipeline.run_folder import run_queue
+    from ui import queue_view, train_form
+
+    monkeypatch.setattr(runner, "busy_run", lambda: (own_runs / "someone-elses", "is still training"))
+    monkeypatch.setattr(train_form, "hub_fetch_problem", lambda *a: None)
+    form = {key: value for key, value in train_form.config_to_form(RunConfig()).items()}
+    _, message = train_form.queue_training(False, 1, "alice queued", login("alice"), **form)
+    assert "Queued" in message, message
+    (entry,) = run_queue.read().waiting
+    assert entry.owner == "alice"
+    refused = queue_view.remove_from_queue(entry.id, [], login("bob"))
+    assert refused.startswith("❌") and "queued by alice" in refused and run_queue.read().waiting == [entry]
+    assert "queued by alice" in queue_view.queue_html(run_queue.read())
+    assert "Removed" in queue_view.remove_from_queue(entry.id, ["carol"], login("carol"))
+    assert run_queue.read().waiting == []
+
+    # Started from the line, the run is the queuer's.
+    run_queue.add(run_queue.Waiting("alice-next", RunConfig().to_dict(), owner="alice"))
+    monkeypatch.setattr(runner, "busy_run", lambda: None)
+    monkeypatch.setattr(runner, "_launch", lambda run_dir, cmd, nproc=1, **kw: None)
+    started = runner.start_next()
+    assert owners.run_owner(started) == "alice"

@@ -1,0 +1,152 @@
+"""The queue of trainings waiting for the machine (pipeline/run_folder/run_queue.py, started by pipeline/runner.py):
+checked as Start checks, started oldest first when the machine is free, kept on disk with the reason when an
+entry can't start, and each entry its owner's to remove."""
+
+import json
+import time
+
+import pytest
+
+from pipeline import runner
+from pipeline.run_folder import owners, run_queue, runs
+from pipeline.setup.config import RunConfig
+from tests.integration.helpers import fake_trainer, poll, stand_in
+
+ALICE, BOB = owners.Actor("alice"), owners.Actor("bob")
+
+
+@pytest.fixture
+def stand_in_trainer(monkeypatch, tmp_path):
+    """Trainers that run `seconds` (5 unless the label says 'quick') and finish, launched as the runner would."""
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    stand_in(monkeypatch, "train", lambda run_dir, **kw: fake_trainer(run_dir, seconds=0.2 if "quick" in
+                                                                      run_dir.name else 5))
+
+
+def state(run_dir):
+    return runs.read_status(run_dir).get("state")
+
+
+def training(label):
+    """A stand-in training, running (so that a Stop finds its handler in place)."""
+    run_dir = runner.start("train", cfg=RunConfig(), label=label)
+    assert poll(lambda: state(run_dir) == "running", 60)
+    return run_dir
+
+
+def test_queued_runs_start_one_after_another_in_order_with_their_own_settings(stand_in_trainer):
+    first = training("first")
+    a, started = runner.queue_training(RunConfig(learning_rate=1e-4, max_steps=3), label="quick a", actor=ALICE)
+    assert started is None  # the machine is busy: it waits
+    b, _ = runner.queue_training(RunConfig(learning_rate=1e-3), label="quick b", actor=BOB)
+    queue = run_queue.read()
+    assert [w.label for w in queue.waiting] == ["quick a", "quick b"] and queue.position(b.id) == 2
+    assert runner.start_next() is None  # still busy
+
+    assert runner.stop("train", first, grace_s=15)
+    assert poll(lambda: runner.busy_run() is None, 20)
+    run_a = runner.start_next()
+    assert run_a is not None and run_a.name.endswith("quick-a")
+    assert json.loads((run_a / "config.json").read_text())["learning_rate"] == 1e-4
+    assert json.loads((run_a / "owner.json").read_text())["user"] == "alice"
+    assert [w.label for w in run_queue.read().waiting] == ["quick b"]
+    # The page that showed the run before follows the one that started after it, for a few seconds.
+    assert run_queue.follow(run_queue.read(), first.name) == run_a.name
+    assert runner.start_next() is None  # one at a time
+    assert poll(lambda: state(run_a) == "finished" and runner.busy_run() is None, 20)
+    run_b = runner.start_next()
+    assert run_b is not None and run_b.name.endswith("quick-b")
+    assert json.loads((run_b / "config.json").read_text())["learning_rate"] == 1e-3
+    assert run_queue.read().waiting == []
+    assert poll(lambda: state(run_b) == "finished", 20)
+
+
+def test_a_queue_on_a_free_machine_starts_at_once(stand_in_trainer):
+    entry, started = runner.queue_training(RunConfig(), label="quick now")
+    assert started is not None and started.name.endswith("quick-now")
+    assert run_queue.read().waiting == []
+    assert poll(lambda: state(started) == "finished", 20)
+
+
+def test_a_queued_run_is_checked_as_start_checks_it(stand_in_trainer):
+    with pytest.raises(ValueError, match="multiple of the group size"):
+        runner.queue_training(RunConfig(batch_size=3), label="bad")
+    from pipeline.setup.config import RewardSpec
+
+    custom = RunConfig(rewards=[RewardSpec("custom_python", 1.0, {"code": "def reward(c): return 0"})])
+    with pytest.raises(ValueError, match="custom"):
+        runner.queue_training(custom, label="custom")
+    assert run_queue.read().waiting == []
+
+
+def test_an_entry_that_can_no_longer_start_keeps_its_settings_and_says_why(stand_in_trainer):
+    """Custom reward code queued while the app allowed it, and the app restarted without --allow-custom-rewards:
+    that entry stays in the line with the reason, and the next one starts."""
+    from pipeline.setup.config import RewardSpec
+
+    first = training("first")
+    code = "def reward(completions, **kw):\n    return [0.0 for _ in completions]\n"
+    custom, _ = runner.queue_training(RunConfig(rewards=[RewardSpec("custom_python", 1.0, {"code": code})]),
+                                      label="quick custom", allow_custom_rewards=True)
+    runner.queue_training(RunConfig(), label="quick ok")
+    runner.stop("train", first, grace_s=15)
+    assert poll(lambda: runner.busy_run() is None, 20)
+    started = runner.start_next(allow_custom_rewards=False)
+    assert started is not None and started.name.endswith("quick-ok")  # the next entry is tried
+    left = run_queue.read().waiting
+    assert [w.id for w in left] == [custom.id] and "custom" in left[0].error.lower()
+    assert left[0].config["rewards"][0]["params"]["code"] == code  # nothing lost
+    assert run_queue.has_waiting() is False  # an entry that failed waits for its owner, never blocks the line
+    runner.unqueue(custom.id)
+    assert run_queue.read().waiting == []
+
+
+def test_only_the_owner_or_an_operator_removes_an_entry(stand_in_trainer):
+    training("first")
+    entry, _ = runner.queue_training(RunConfig(), label="quick mine", actor=ALICE)
+    with pytest.raises(runner.RunnerError, match="queued by alice"):
+        runner.unqueue(entry.id, BOB)
+    assert [w.id for w in run_queue.read().waiting] == [entry.id]
+    runner.unqueue(entry.id, owners.Actor("carol", operator=True))
+    with pytest.raises(runner.RunnerError, match="no longer in the queue"):
+        runner.unqueue(entry.id, ALICE)
+
+
+def test_the_queue_has_a_limit_and_a_damaged_file_is_never_written_over(stand_in_trainer, monkeypatch):
+    training("first")
+    monkeypatch.setattr(run_queue, "MAX_WAITING", 2)
+    for label in ("quick 1", "quick 2"):
+        runner.queue_training(RunConfig(), label=label)
+    with pytest.raises(runner.RunnerError, match="already holds 2"):
+        runner.queue_training(RunConfig(), label="quick 3")
+    run_queue.queue_file().write_text("{not json")
+    with pytest.raises(runner.RunnerError, match="can't be read"):
+        runner.queue_training(RunConfig(), label="quick 4")
+    assert run_queue.queue_file().read_text() == "{not json"
+    assert run_queue.read().waiting == [] and runner.start_next() is None
+
+
+def test_the_apps_keeper_starts_the_next_run_when_the_machine_frees(stand_in_trainer):
+    import threading
+
+    first = training("first")
+    runner.queue_training(RunConfig(), label="quick kept")
+    seen, stop = [], threading.Event()
+    keeper = threading.Thread(target=runner.watch_queue, kwargs=dict(on_start=seen.append, every_s=0.2, stop=stop))
+    keeper.start()
+    try:
+        time.sleep(1)
+        assert seen == []  # the first run still trains
+        runner.stop("train", first, grace_s=15)
+        assert poll(lambda: seen, 20) and seen[0].name.endswith("quick-kept")
+    finally:
+        stop.set()
+        keeper.join(5)
+    assert poll(lambda: state(seen[0]) == "finished", 20)
+
+
+def test_a_line_in_the_file_that_is_not_an_entry_is_skipped(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    run_queue.queue_file().write_text(json.dumps({"waiting": [{"label": "x"}, 3, {"label": "y", "config": {}}]}))
+    assert [w.label for w in run_queue.read().waiting] == ["y"]
+    assert run_queue.read().ready().label == "y"
