@@ -183,16 +183,25 @@ def queue_training(cfg: RunConfig, label: str = "run", nproc: int = 1, allow_cus
     """Put a training at the end of the line (pipeline/run_folder/run_queue.py), checked as Start checks it, then
     start the line's first entry if the machine is free. Returns the entry and the run that started, if one did
     (an older entry goes first)."""
+    entries, started = queue_trainings([(label, cfg)], nproc, allow_custom_rewards, actor)
+    return entries[0], started
+
+
+def queue_trainings(runs_to_queue: list[tuple[str, RunConfig]], nproc: int = 1, allow_custom_rewards: bool = False,
+                    actor: owners.Actor | None = None) -> tuple[list[run_queue.Waiting], Path | None]:
+    """queue_training for several (label, config) pairs, in order, all or none (a sweep)."""
     spec = jobs.job("train")
-    _validate(spec, None, cfg=cfg, label=label, nproc=nproc, allow_custom_rewards=allow_custom_rewards)
-    entry = run_queue.Waiting(label=label, config=cfg.to_dict(), owner=actor.user if actor else None,
-                              nproc=int(nproc or 1), allow_custom_rewards=bool(allow_custom_rewards))
+    for label, cfg in runs_to_queue:
+        _validate(spec, None, cfg=cfg, label=label, nproc=nproc, allow_custom_rewards=allow_custom_rewards)
+    entries = [run_queue.Waiting(label=label, config=cfg.to_dict(), owner=actor.user if actor else None,
+                                 nproc=int(nproc or 1), allow_custom_rewards=bool(allow_custom_rewards))
+               for label, cfg in runs_to_queue]
     with start_lock():
         try:
-            run_queue.add(entry)
+            run_queue.add(*entries)
         except run_queue.QueueError as exc:
             raise RunnerError(str(exc)) from None
-    return entry, start_next(allow_custom_rewards)
+    return entries, start_next(allow_custom_rewards)
 
 
 def start_next(allow_custom_rewards: bool = False) -> Path | None:

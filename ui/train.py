@@ -30,8 +30,10 @@ from ui.runs_panel import (
 )
 from ui.train_form import (
     CLOSE_SETTINGS_JS, UPLOAD_TYPES, fill_preset, hyper_component, make_scanner, preview_dataset, reward_docs,
-    queue_training, run_preflight, settings_accordion, show_command, start_training, store_upload,
+    SWEEP_HELP, queue_sweep, queue_training, run_preflight, settings_accordion, show_command, start_training,
+    store_upload,
 )
+from pipeline.setup.sweep import sweepable
 from ui.queue_view import remove_from_queue
 
 
@@ -115,6 +117,14 @@ def build(ctx: TabContext) -> Tab:
                     cmd_btn = gr.Button("Show command")
                     queue_btn = gr.Button("Add to queue", elem_id="queue-btn")
                     start_btn = gr.Button("Start", variant="primary", elem_id="start-btn")
+                with gr.Accordion("Queue a sweep", open=False, elem_id="sweep-fold"):
+                    gr.Markdown(SWEEP_HELP)
+                    with gr.Row():
+                        sweep_setting = gr.Dropdown(choices=sweepable(), value="learning_rate", scale=2,
+                                                    label="Setting to vary", elem_id="sweep-setting")
+                        sweep_values = gr.Textbox(label="Values", placeholder="1e-4, 3e-4, 1e-3", max_lines=1,
+                                                  scale=3, elem_id="sweep-values")
+                    sweep_btn = gr.Button("Queue one run per value", elem_id="sweep-btn")
                 message = gr.Markdown(elem_id="train-message")
                 with gr.Group(visible=False, elem_id="queue-box") as queue_box:  # shown while runs wait
                     queue_list = gr.HTML(elem_id="queue")
@@ -283,6 +293,9 @@ def build(ctx: TabContext) -> Tab:
                                      inputs_kwargs=form, concurrency_limit=1, concurrency_id="start",
                                      api_name="queue_training"))
         unqueue_btn.click(remove_from_queue, [queue_pick, ops], message, api_name="remove_from_queue")
+        then_refresh(sweep_btn.click(queue_sweep, [allow, nproc, run_name, sweep_setting, sweep_values],
+                                     [run_select, message], inputs_kwargs=form, concurrency_limit=1,
+                                     concurrency_id="start", api_name="queue_sweep"))
         stop_btn.click(stop_training, [run_select, ops], stop_message)
         # A step picked in the group inspector redraws the groups. Through the API (/refresh) it is the live view's
         # Refresh, every part unless told which.

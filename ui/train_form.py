@@ -18,6 +18,7 @@ from pipeline.setup.config import ConfigError, RunConfig
 from pipeline.setup.data import DatasetError, load_rows, read_table
 from pipeline.models.loading import check_processes, gpu_count, hub_fetch_problem
 from pipeline.setup.presets import apply_preset
+from pipeline.setup.sweep import sweep
 from pipeline.rewards import reward_registry
 from ui import uploads, views
 from ui.form import config_to_form, form_to_config, number_bounds
@@ -225,6 +226,29 @@ def queue_training(allow_custom: bool, nproc, run_name: str = "", request: gr.Re
     after = f" after **{busy[0].name}**" if busy else ""
     return gr.Dropdown(), (f"Queued **{label}**, number {place} in line: it starts by itself{after}, and a page "
                            "showing that run moves to it. Remove from queue, below, takes it out.")
+
+
+SWEEP_HELP = ("The form's run once per value, each named after its value (\"lr 1e-4\"), waiting in the queue. When "
+              "they have run, tick them under Runs, Overlay runs, to see which value learned best.")
+
+
+def queue_sweep(allow_custom: bool, nproc, run_name: str = "", setting: str = "learning_rate", values: str = "",
+                request: gr.Request = None, **form):
+    """Queue a sweep: the form's run once per typed value of one number setting, all checked before any waits."""
+    try:
+        cfg, _, processes = _request(nproc, run_name, form)
+        planned = sweep(cfg, setting, values or "", (run_name or "").strip(), allow_custom_rewards=allow_custom)
+        entries, started = runner.queue_trainings([(runs.run_label(label, label), one) for label, one in planned],
+                                                  nproc=processes, allow_custom_rewards=allow_custom,
+                                                  actor=acting(request))
+    except (ConfigError, runner.RunnerError, OSError, ValueError) as exc:
+        return gr.Dropdown(), f"❌ {exc}"
+    names = ", ".join(f"**{entry.label}**" for entry in entries)
+    queued = f"Queued {len(entries)} runs: {names}. They run one after another; compare them under Runs."
+    if started is not None:
+        free_gpu_for_training()
+        return gr.Dropdown(choices=run_names(), value=started.name), f"{queued} {STARTED.format(started.name)}"
+    return gr.Dropdown(), queued
 
 
 def fill_preset(name: str, allow_custom: bool = False) -> dict[str, Any]:

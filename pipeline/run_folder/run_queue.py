@@ -92,14 +92,17 @@ def has_waiting() -> bool:
         return False
 
 
-def add(entry: Waiting) -> int:
-    """Put `entry` at the end of the line (the caller holds the start lock); returns its position."""
+def add(*entries: Waiting) -> int:
+    """Put `entries` at the end of the line, all or none (the caller holds the start lock); returns the first's
+    position."""
     queue = read(strict=True)
-    if len(queue.waiting) >= MAX_WAITING:
-        raise QueueError(f"The queue already holds {MAX_WAITING} runs. Wait for some to start, or remove one.")
-    queue.waiting.append(entry)
+    if len(queue.waiting) + len(entries) > MAX_WAITING:
+        room = max(MAX_WAITING - len(queue.waiting), 0)
+        raise QueueError(f"The queue already holds {len(queue.waiting)} runs, and takes at most {MAX_WAITING}: "
+                         f"room for {room} more. Wait for some to start, or remove some.")
+    queue.waiting.extend(entries)
     write(queue)
-    return queue.position(entry.id)
+    return queue.position(entries[0].id)
 
 
 def remove(entry_id: str, actor: owners.Actor | None = None) -> Waiting:

@@ -128,34 +128,41 @@ def test_a_start_while_training_is_refused_and_a_queued_run_starts_when_it_ends(
         expect(page.locator("#train-message")).to_contain_text("Add to queue")
         assert len(list(runs.iter_run_dirs())) == before
 
-        # Two runs queued from the form, each with its own settings; the second is taken out again.
+        # A run queued from the form, then a sweep of it over Steps (one run per value); one is taken out again.
         fill_settings(page, {"Probe every N steps (0 = off)": "0", "Steps": "2", **LIGHT_RUN})
         page.get_by_label("…or a hub id / local folder").fill(str(tiny_model_dir))
-        for name in ("queued first", "queued second"):
-            page.locator("#run-name textarea, #run-name input").first.fill(name)
-            page.locator("#queue-btn").click()
-            expect(page.locator("#train-message")).to_contain_text(f"Queued {name.replace(' ', '-')}",
-                                                                   timeout=30_000)
-        expect(page.locator("#queue")).to_contain_text("2 waiting", timeout=30_000)
+        page.locator("#run-name textarea, #run-name input").first.fill("queued")
+        page.locator("#queue-btn").click()
+        expect(page.locator("#train-message")).to_contain_text("Queued queued, number 1", timeout=30_000)
+        page.get_by_text("Queue a sweep").click()
+        page.locator("#sweep-setting input").click()
+        page.get_by_role("option", name="Steps", exact=True).click()
+        page.locator("#sweep-values textarea, #sweep-values input").first.fill("1, 3")
+        page.locator("#sweep-btn").click()
+        expect(page.locator("#train-message")).to_contain_text("Queued 2 runs: queued-steps-1, queued-steps-3",
+                                                               timeout=30_000)
+        expect(page.locator("#queue")).to_contain_text("3 waiting", timeout=30_000)
         expect(page.locator("#queue")).to_contain_text(f"Next after {busy.name}")
         assert len(list(runs.iter_run_dirs())) == before  # waiting is not training
         shot(page, "train-06-queued")
         page.locator("#queue-pick input").click()
-        page.get_by_role("option", name="2. queued-second").click()
+        page.get_by_role("option", name="3. queued-steps-3").click()
         page.locator("#unqueue-btn").click()
-        expect(page.locator("#train-message")).to_contain_text("Removed queued-second", timeout=30_000)
-        expect(page.locator("#queue")).to_contain_text("1 waiting", timeout=30_000)
+        expect(page.locator("#train-message")).to_contain_text("Removed queued-steps-3", timeout=30_000)
+        expect(page.locator("#queue")).to_contain_text("2 waiting", timeout=30_000)
 
         page.locator("#stop-btn").click()
         expect(page.locator("#stop-message")).to_contain_text("Stop requested", timeout=30_000)
-        # The queue's run starts once the stopped one has exited, and the page follows it to the end.
-        expect(page.locator("#run-select input")).to_have_value(re.compile("queued-first$"), timeout=120_000)
+        # The queue's runs start one after another once the stopped one has exited, and the page follows each.
+        expect(page.locator("#run-select input")).to_have_value(re.compile("-queued$"), timeout=120_000)
+        expect(page.locator("#run-select input")).to_have_value(re.compile("queued-steps-1$"), timeout=300_000)
         expect(page.locator("#queue")).to_be_hidden(timeout=30_000)
         expect(page.locator("#progress [data-state=finished]")).to_be_visible(timeout=300_000)
         shot(page, "train-07-queue-started")
     finally:
         runner.stop("train", busy, grace_s=120)
     assert runs.read_status(busy)["state"] in ("stopped", "failed")
-    started = runs.runs_dir() / page.locator("#run-select input").input_value()
-    assert '"max_steps": 2' in (started / "config.json").read_text()
-    assert run_queue.read().waiting == [] and [r["run"] for r in run_queue.read().started] == [started.name]
+    started = [r["run"] for r in run_queue.read().started]
+    assert len(started) == 2 and run_queue.read().waiting == []
+    steps = [runs.read_json(runs.runs_dir() / name / "config.json")["max_steps"] for name in started]
+    assert steps == [2, 1] and runs.read_status(runs.runs_dir() / started[0])["state"] == "finished"

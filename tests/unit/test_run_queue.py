@@ -117,7 +117,7 @@ def test_the_queue_has_a_limit_and_a_damaged_file_is_never_written_over(stand_in
     monkeypatch.setattr(run_queue, "MAX_WAITING", 2)
     for label in ("quick 1", "quick 2"):
         runner.queue_training(RunConfig(), label=label)
-    with pytest.raises(runner.RunnerError, match="already holds 2"):
+    with pytest.raises(runner.RunnerError, match="already holds 2 runs, and takes at most 2"):
         runner.queue_training(RunConfig(), label="quick 3")
     run_queue.queue_file().write_text("{not json")
     with pytest.raises(runner.RunnerError, match="can't be read"):
@@ -150,3 +150,23 @@ def test_a_line_in_the_file_that_is_not_an_entry_is_skipped(tmp_path, monkeypatc
     run_queue.queue_file().write_text(json.dumps({"waiting": [{"label": "x"}, 3, {"label": "y", "config": {}}]}))
     assert [w.label for w in run_queue.read().waiting] == ["y"]
     assert run_queue.read().ready().label == "y"
+
+
+def test_a_sweep_queues_the_forms_run_once_per_value_or_nothing(stand_in_trainer, monkeypatch):
+    from ui import train_form
+
+    training("first")
+    monkeypatch.setattr(train_form, "hub_fetch_problem", lambda *a: None)
+    form = train_form.config_to_form(RunConfig(max_steps=3))
+    _, message = train_form.queue_sweep(False, 1, "quick", "learning_rate", "1e-4, 3e-4 1e-3", None, **form)
+    assert message.startswith("Queued 3 runs: **quick-lr-1e-4**, **quick-lr-3e-4**, **quick-lr-1e-3**"), message
+    waiting = run_queue.read().waiting
+    assert [(w.config["learning_rate"], w.config["max_steps"]) for w in waiting] == [(1e-4, 3), (3e-4, 3), (1e-3, 3)]
+    # One value that can't run: nothing of the sweep is queued, and the message names the value.
+    _, message = train_form.queue_sweep(False, 1, "", "num_generations", "4, 3", None, **form)
+    assert message.startswith("❌") and "G 3" in message and len(run_queue.read().waiting) == 3
+    for bad, said in (("1e-4", "two or more"), ("1e-4, x", "'x' is not a number"), ("1, 1", "typed twice")):
+        _, message = train_form.queue_sweep(False, 1, "", "learning_rate", bad, None, **form)
+        assert said in message, message
+    _, message = train_form.queue_sweep(False, 1, "", "model", "1, 2", None, **form)
+    assert "pick one of" in message and len(run_queue.read().waiting) == 3
