@@ -206,7 +206,7 @@ def queue_trainings(runs_to_queue: list[tuple[str, RunConfig]], nproc: int = 1, 
 
 def start_next(allow_custom_rewards: bool = False) -> Path | None:
     """Start the first entry of the line when no training holds the machine; returns its run, or None when
-    nothing started. An entry that can't start (its settings no longer pass, its model is gone, custom rewards
+    nothing started. An entry that can't start (its settings no longer pass, custom rewards
     are no longer allowed: `allow_custom_rewards` is what the app allows now) stays in the line with the reason,
     and the next one is tried."""
     if not run_queue.has_waiting():
