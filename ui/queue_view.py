@@ -12,6 +12,8 @@ import gradio as gr
 
 from pipeline import runner
 from pipeline.run_folder import run_queue
+from pipeline.setup.config import RunConfig
+from ui.form import config_to_form
 from ui.tab import acting
 
 QUEUE_HELP = ("Each starts by itself when the run before it ends (finished, stopped or failed), with no page open, "
@@ -77,6 +79,22 @@ def queue_part(shown: str | None, run_names: list[str]) -> dict[str, Any]:
             "queue_view": queue_html(queue, busy[0].name if busy else None),
             "queue_pick": gr.Dropdown(choices=choices, value=choices[0][1] if choices else None),
             "run_select": picker}
+
+
+def load_queued(entry_id: str | None, allow_custom: bool = False) -> dict[str, Any]:
+    """The picked entry's settings back in the form, with its name: to change a queued run (load, remove it, add
+    again), or to queue one like it. Anyone may load them: every user sees every run's settings.
+    {form key, "run_name" or "message": update}."""
+    entry = next((w for w in run_queue.read().waiting if w.id == entry_id), None) if entry_id else None
+    if entry is None:
+        return {"message": "Pick a queued run to load: it may have started, or been removed."}
+    try:
+        values = config_to_form(RunConfig.from_dict(entry.config), allow_custom=allow_custom)
+    except (ValueError, TypeError) as exc:  # ValueError covers ConfigError
+        return {"message": f"❌ Its settings can't be read: {exc}"}
+    return {**values, "run_name": entry.label,
+            "message": f"Loaded **{entry.label}**'s settings into the form. Press Add to queue for another run like "
+                       "it; to change this one instead, remove it from the queue first."}
 
 
 def remove_from_queue(entry_id: str | None, operators=(), request: gr.Request = None) -> str:

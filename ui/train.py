@@ -34,7 +34,7 @@ from ui.train_form import (
     store_upload,
 )
 from pipeline.setup.sweep import sweepable
-from ui.queue_view import remove_from_queue
+from ui.queue_view import load_queued, remove_from_queue
 
 
 TAB_LABEL = "Train"
@@ -129,7 +129,9 @@ def build(ctx: TabContext) -> Tab:
                 with gr.Group(visible=False, elem_id="queue-box") as queue_box:  # shown while runs wait
                     queue_list = gr.HTML(elem_id="queue")
                     queue_pick = gr.Dropdown(label="Queued run", choices=[], elem_id="queue-pick")
-                    unqueue_btn = gr.Button("Remove from queue", size="sm", elem_id="unqueue-btn")
+                    with gr.Row():
+                        load_queued_btn = gr.Button("Load into the form", size="sm", elem_id="load-queued-btn")
+                        unqueue_btn = gr.Button("Remove from queue", size="sm", elem_id="unqueue-btn")
                 scan_prompts = gr.Number(value=SCAN_PROMPTS, precision=0, minimum=1, maximum=256,
                                          label="Prompts to scan", elem_id="scan-prompts",
                                          info=f"The learnability scan samples G completions for this many training "
@@ -293,6 +295,9 @@ def build(ctx: TabContext) -> Tab:
                                      inputs_kwargs=form, concurrency_limit=1, concurrency_id="start",
                                      api_name="queue_training"))
         unqueue_btn.click(remove_from_queue, [queue_pick, ops], message, api_name="remove_from_queue")
+        loaded = {**{key: parts[key] for key in form_keys()}, "run_name": run_name, "message": message}
+        load_queued_btn.click(keyed(load_queued, loaded), [queue_pick, allow], list(loaded.values()),
+                              api_name="load_queued")
         then_refresh(sweep_btn.click(queue_sweep, [allow, nproc, run_name, sweep_setting, sweep_values],
                                      [run_select, message], inputs_kwargs=form, concurrency_limit=1,
                                      concurrency_id="start", api_name="queue_sweep"))

@@ -145,6 +145,13 @@ def test_a_start_while_training_is_refused_and_a_queued_run_starts_when_it_ends(
         expect(page.locator("#queue")).to_contain_text(f"Next after {busy.name}")
         assert len(list(runs.iter_run_dirs())) == before  # waiting is not training
         shot(page, "train-06-queued")
+        # Its settings load back into the form (a sweep's run carries its own value).
+        page.locator("#queue-pick input").click()
+        page.get_by_role("option", name="2. queued-steps-1").click()
+        page.locator("#load-queued-btn").click()
+        expect(page.locator("#train-message")).to_contain_text("Loaded queued-steps-1", timeout=30_000)
+        expect(page.get_by_label("Steps", exact=True)).to_have_value("1")
+        expect(page.locator("#run-name textarea, #run-name input").first).to_have_value("queued-steps-1")
         page.locator("#queue-pick input").click()
         page.get_by_role("option", name="3. queued-steps-3").click()
         page.locator("#unqueue-btn").click()

@@ -170,3 +170,16 @@ def test_a_sweep_queues_the_forms_run_once_per_value_or_nothing(stand_in_trainer
         assert said in message, message
     _, message = train_form.queue_sweep(False, 1, "", "model", "1, 2", None, **form)
     assert "pick one of" in message and len(run_queue.read().waiting) == 3
+
+
+def test_a_queued_runs_settings_load_back_into_the_form(stand_in_trainer):
+    from ui import queue_view
+
+    training("first")
+    entry, _ = runner.queue_training(RunConfig(learning_rate=1e-4, max_steps=3, model="org/some-model"),
+                                     label="quick loaded")
+    values = queue_view.load_queued(entry.id)
+    assert values["learning_rate"] == 1e-4 and values["max_steps"] == 3 and values["run_name"] == "quick loaded"
+    assert values["model_custom"] == "org/some-model" and "Loaded **quick loaded**" in values["message"]
+    assert [w.id for w in run_queue.read().waiting] == [entry.id]  # loading leaves it queued
+    assert set(queue_view.load_queued("gone")) == {"message"} and set(queue_view.load_queued(None)) == {"message"}
