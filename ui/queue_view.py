@@ -48,8 +48,8 @@ def queue_html(queue: run_queue.Queue, busy: str | None = None) -> str:
         place = queue.position(entry.id)
         who = f" · queued by {html.escape(entry.owner)}" if entry.owner else ""  # under a login
         head = f"{place}." if place else "❌"
-        note = (f"<div class='gs-error'>Could not start: {html.escape(entry.error)} Remove it from the queue, "
-                "then set it up again.</div>" if entry.error else "")
+        note = (f"<div class='gs-error'>Could not start: {html.escape(entry.error)} Load it into the form to set it "
+                "up again, then remove it from the queue.</div>" if entry.error else "")
         rows.append(f"<li><b>{head} {html.escape(entry.label)}</b> <span style='color:var(--body-text-color-subdued)'>"
                     f"{html.escape(_summary(entry.config))} · added {_when(entry.queued_at)}{who}</span>{note}</li>")
     waiting = sum(1 for w in queue.waiting if w.error is None)
@@ -69,7 +69,7 @@ def queue_part(shown: str | None, run_names: list[str]) -> dict[str, Any]:
     and the Run picker's choices, which move to the run the queue just started when the page showed the run
     before it."""
     queue = run_queue.read()
-    busy = runner.busy_run()
+    busy = runner.busy_run() if queue.waiting else None  # reads every run's status: only when a line is shown
     choices = queue_choices(queue)
     follow = run_queue.follow(queue, shown)
     # Only then: the picker's choices are the server's list of what may be picked, and a page's shown run that was

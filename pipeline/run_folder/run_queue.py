@@ -85,7 +85,7 @@ def write(queue: Queue) -> None:
 
 
 def has_waiting() -> bool:
-    """Whether anything may be ready to start, from the file's size alone (the app asks every few seconds)."""
+    """Whether anything may be ready to start (the app's keeper asks every few seconds): no read without a file."""
     try:
         return queue_file().stat().st_size > 0 and read().ready() is not None
     except OSError:
