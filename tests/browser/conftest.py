@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.integration.helpers import free_port, start_app_process
+from tests.integration.helpers import free_port, poll, start_app_process
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -63,6 +63,9 @@ def page(browser):
     active = runner.active_run()
     if active is not None:
         runner.stop("train", active, grace_s=120)
+    # A run that has written its final status can still be exiting (a queued run that the test watched to its
+    # end): the tests after this one, on this worker and in this data folder, would find the machine busy.
+    assert poll(lambda: runner.busy_run() is None, timeout=120), f"still busy after the test: {runner.busy_run()}"
 
 
 def open_settings(page, timeout_s: float = 60.0, panel: str = "all-settings"):
