@@ -178,6 +178,26 @@ def _start_locked(spec: jobs.Job, run_dir: Path | None, actor: owners.Actor | No
 # ---- trainings waiting their turn ----------------------------------------------------------------------
 
 
+def default_label(cfg: RunConfig) -> str:
+    """What names a run when no run name is typed: its model and its prompts' source ("smollm2-tldr")."""
+    return Path(cfg.model).name.replace("SmolLM2-135M-Instruct", "smollm2") + "-" + cfg.dataset.source
+
+
+def training_request(cfg: RunConfig, run_name: str | None = None, nproc: int | None = 1) -> tuple[str, int]:
+    """What Start, Add to queue and `python -m pipeline.queue add` settle before a run is named: its name (the one
+    typed, or default_label's), how many processes this machine can give it, and whether a hub model or dataset it
+    names can be fetched now (offline, it is said here rather than by a run that fails at once). ValueError says
+    what is wrong."""
+    from pipeline.models.loading import check_processes, gpu_count, hub_fetch_problem
+
+    label = runs.run_label(run_name, default_label(cfg))
+    processes = check_processes(nproc, gpu_count())
+    unreachable = hub_fetch_problem(cfg.model, cfg.dataset.hub_id if cfg.dataset.source == "hub" else None)
+    if unreachable:
+        raise ValueError(unreachable)
+    return label, processes
+
+
 def queue_training(cfg: RunConfig, label: str = "run", nproc: int = 1, allow_custom_rewards: bool = False,
                    actor: owners.Actor | None = None) -> tuple[run_queue.Waiting, Path | None]:
     """Put a training at the end of the line (pipeline/run_folder/run_queue.py), checked as Start checks it, then

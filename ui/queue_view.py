@@ -24,13 +24,6 @@ def _when(seconds: float) -> str:
     return time.strftime("%H:%M", time.localtime(seconds))
 
 
-def _summary(config: dict) -> str:
-    """A queued run's settings in a few words: what a user tells two queued runs apart by."""
-    rewards = ", ".join(f"{r.get('name')}×{r.get('weight')}" for r in config.get("rewards") or [])
-    return (f"{config.get('max_steps')} steps, lr {config.get('learning_rate')}, G={config.get('num_generations')}"
-            + (f", {rewards}" if rewards else ""))
-
-
 def queue_html(queue: run_queue.Queue, busy: str | None = None) -> str:
     """The line, in order: position, name, its settings in short, who queued it and when; an entry that could
     not start says why. Empty when nothing waits.
@@ -51,7 +44,7 @@ def queue_html(queue: run_queue.Queue, busy: str | None = None) -> str:
         note = (f"<div class='gs-error'>Could not start: {html.escape(entry.error)} Load it into the form to set it "
                 "up again, then remove it from the queue.</div>" if entry.error else "")
         rows.append(f"<li><b>{head} {html.escape(entry.label)}</b> <span style='color:var(--body-text-color-subdued)'>"
-                    f"{html.escape(_summary(entry.config))} · added {_when(entry.queued_at)}{who}</span>{note}</li>")
+                    f"{html.escape(entry.summary())} · added {_when(entry.queued_at)}{who}</span>{note}</li>")
     waiting = sum(1 for w in queue.waiting if w.error is None)
     lead = (f"Next after <b>{html.escape(busy)}</b>. {QUEUE_HELP}" if busy and waiting
             else "The first starts within a few seconds." if waiting else "")

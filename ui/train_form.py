@@ -16,7 +16,7 @@ from pipeline import runner
 from pipeline.run_folder import run_files, run_queue, runs
 from pipeline.setup.config import ConfigError, RunConfig
 from pipeline.setup.data import DatasetError, load_rows, read_table
-from pipeline.models.loading import check_processes, gpu_count, hub_fetch_problem
+from pipeline.models.loading import gpu_count
 from pipeline.setup.presets import apply_preset
 from pipeline.setup.sweep import sweep
 from pipeline.rewards import reward_registry
@@ -156,15 +156,10 @@ def make_scanner(cache) -> Callable[..., tuple[str, Any]]:
     return learnability_scan
 
 
-def auto_label(cfg: RunConfig) -> str:
-    """What names a run when no run name is typed: its model and its prompts' source ("smollm2-tldr")."""
-    return Path(cfg.model).name.replace("SmolLM2-135M-Instruct", "smollm2") + "-" + cfg.dataset.source
-
-
 def show_command(allow_custom: bool, nproc, run_name: str = "", **form):
     try:
         cfg = form_to_config(form)
-        label = runs.run_label(run_name, auto_label(cfg))
+        label = runs.run_label(run_name, runner.default_label(cfg))
     except (ConfigError, ValueError) as exc:
         return f"# {exc}"
     placeholder = runs.runs_dir() / f"START-TIME-{label}"
@@ -182,12 +177,7 @@ def _request(nproc, run_name: str, form: dict) -> tuple[RunConfig, str, int]:
     """What Start and Add to queue read from the form: the config, the run's name, its process count. Raises
     ValueError (ConfigError among them) saying what is wrong."""
     cfg = form_to_config(form)
-    label = runs.run_label(run_name, auto_label(cfg))
-    processes = check_processes(nproc, gpu_count())
-    # Offline with a hub model or dataset: said here, with the form as it is, not as a run that fails at once.
-    unreachable = hub_fetch_problem(cfg.model, cfg.dataset.hub_id if cfg.dataset.source == "hub" else None)
-    if unreachable:
-        raise ValueError(unreachable)
+    label, processes = runner.training_request(cfg, run_name, nproc)
     return cfg, label, processes
 
 

@@ -44,6 +44,17 @@ class Waiting:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
 
+    def summary(self) -> str:
+        """Its settings in a few words: what a user tells two queued runs apart by.
+
+        >>> Waiting("a", {"max_steps": 8, "learning_rate": 1e-4, "num_generations": 4,
+        ...               "rewards": [{"name": "length_target", "weight": 1.0}]}).summary()
+        '8 steps, lr 0.0001, G=4, length_target×1.0'
+        """
+        rewards = ", ".join(f"{r.get('name')}×{r.get('weight')}" for r in self.config.get("rewards") or [])
+        return (f"{self.config.get('max_steps')} steps, lr {self.config.get('learning_rate')}, "
+                f"G={self.config.get('num_generations')}" + (f", {rewards}" if rewards else ""))
+
 
 @dataclass
 class Queue:

@@ -147,7 +147,7 @@ def test_a_queued_run_is_its_queuers_to_remove_and_starts_as_theirs(own_runs, mo
     from ui import queue_view, train_form
 
     monkeypatch.setattr(runner, "busy_run", lambda: (own_runs / "someone-elses", "is still training"))
-    monkeypatch.setattr(train_form, "hub_fetch_problem", lambda *a: None)
+    monkeypatch.setattr("pipeline.models.loading.hub_fetch_problem", lambda *a: None)
     form = {key: value for key, value in train_form.config_to_form(RunConfig()).items()}
     _, message = train_form.queue_training(False, 1, "alice queued", login("alice"), **form)
     assert "Queued" in message, message

@@ -156,7 +156,7 @@ def test_a_sweep_queues_the_forms_run_once_per_value_or_nothing(stand_in_trainer
     from ui import train_form
 
     training("first")
-    monkeypatch.setattr(train_form, "hub_fetch_problem", lambda *a: None)
+    monkeypatch.setattr("pipeline.models.loading.hub_fetch_problem", lambda *a: None)
     form = train_form.config_to_form(RunConfig(max_steps=3))
     _, message = train_form.queue_sweep(False, 1, "quick", "learning_rate", "1e-4, 3e-4 1e-3", None, **form)
     assert message.startswith("Queued 3 runs: **quick-lr-1e-4**, **quick-lr-3e-4**, **quick-lr-1e-3**"), message
@@ -183,3 +183,37 @@ def test_a_queued_runs_settings_load_back_into_the_form(stand_in_trainer):
     assert values["model_custom"] == "org/some-model" and "Loaded **quick loaded**" in values["message"]
     assert [w.id for w in run_queue.read().waiting] == [entry.id]  # loading leaves it queued
     assert set(queue_view.load_queued("gone")) == {"message"} and set(queue_view.load_queued(None)) == {"message"}
+
+
+def test_the_queue_from_a_terminal_adds_lists_removes_and_keeps_the_line(stand_in_trainer, capsys):
+    """`python -m pipeline.queue`: a run and a sweep of a run on disk join the same line as the Train tab's, each
+    checked first (bad input queues nothing), one is removed by name, and `keep --until-empty` starts the rest one
+    after another, then exits."""
+    from pipeline import queue as cli
+
+    first = training("first")
+    assert cli.main(["add", "--name", "quick cli", "--set", "learning_rate=3e-4", "--set", "max_steps=3"]) == 0
+    assert "Queued quick-cli" in capsys.readouterr().out
+    assert cli.main(["add", "--like", first.name, "--name", "quick s", "--sweep", "max_steps=2,4"]) == 0
+    waiting = run_queue.read().waiting
+    assert [(w.label, w.config["max_steps"], w.config["learning_rate"]) for w in waiting] == [
+        ("quick-cli", 3, 3e-4), ("quick-s-steps-2", 2, RunConfig().learning_rate),
+        ("quick-s-steps-4", 4, RunConfig().learning_rate)]
+    for bad, said in ((["--set", "max_steps=two"], "whole number"), (["--set", "nope=1"], "Unknown setting 'nope'"),
+                      (["--sweep", "num_generations=4,3"], "G 3"), (["--like", "gone"], "No run 'gone'")):
+        assert cli.main(["add", *bad]) == 2
+        assert said in capsys.readouterr().err
+    assert len(run_queue.read().waiting) == 3
+    assert cli.main([]) == 0
+    listing = capsys.readouterr().out
+    assert f"Training now: {first.name}" in listing and "2. quick-s-steps-2" in listing and waiting[0].id in listing
+    assert cli.main(["remove", "quick-s-steps-4"]) == 0 and cli.main(["remove", "quick-s-steps-4"]) == 2
+    assert [w.label for w in run_queue.read().waiting] == ["quick-cli", "quick-s-steps-2"]
+
+    runner.stop("train", first, grace_s=15)
+    cli.keep(allow_custom_rewards=False, until_empty=True, every_s=0.2)
+    started = capsys.readouterr().out
+    assert started.count("Started ") == 2 and "The queue is empty and nothing trains." in started
+    made = [run_queue.read().started[-2]["run"], run_queue.read().started[-1]["run"]]
+    assert [runs.read_json(runs.runs_dir() / name / "config.json")["max_steps"] for name in made] == [3, 2]
+    assert all(state(runs.runs_dir() / name) == "finished" for name in made)
