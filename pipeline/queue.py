@@ -97,9 +97,14 @@ def with_settings(cfg: RunConfig, pairs: list[str]) -> RunConfig:
 
 
 def _run_config(run: str) -> RunConfig:
-    """The settings of a run on disk, named by its folder's name or path."""
+    """The settings of a run on disk, named by its folder's path or name, or by its run name (the newest run with
+    that name: "lr-3e-4" names 20261128-101500-lr-3e-4)."""
     path = Path(run).expanduser()
-    run_dir = path if path.is_dir() else runs.runs_dir() / run
+    if path.is_dir():
+        run_dir = path
+    else:
+        named = [d for d in runs.iter_run_dirs() if d.name == run or d.name.endswith(f"-{run}")]
+        run_dir = max(named, key=lambda d: d.name) if named else runs.runs_dir() / run
     config = run_dir / run_files.CONFIG
     if not config.is_file():
         raise ConfigError(f"No run '{run}' with a {run_files.CONFIG} here (runs are in {runs.runs_dir()}).")
@@ -187,11 +192,15 @@ def keep(allow_custom_rewards: bool, until_empty: bool, every_s: float = runner.
     nothing waits and nothing trains)."""
     print(f"Keeping the queue of {runs.runs_dir()}: each run starts when the one before it ends. Ctrl-C stops "
           "keeping it (a run that trains goes on).", flush=True)
+    seen = {record.get("run") for record in run_queue.read().started}
     while True:
-        run_dir = runner.start_next(allow_custom_rewards)
-        if run_dir is not None:
-            print(f"Started {run_dir.name}", flush=True)
-        elif until_empty and run_queue.read().ready() is None and runner.busy_run() is None:
+        runner.start_next(allow_custom_rewards)
+        queue = run_queue.read()
+        for record in queue.started:  # this keeper's starts, and the app's if it runs too
+            if record.get("run") not in seen:
+                seen.add(record.get("run"))
+                print(f"Started {record.get('run')}", flush=True)
+        if until_empty and queue.ready() is None and runner.busy_run() is None:
             print("The queue is empty and nothing trains.", flush=True)
             return
         time.sleep(every_s)
@@ -208,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     start_from.add_argument("--preset", choices=list(PRESETS), metavar="PRESET",
                             help=f"Start from a preset: {'; '.join(PRESETS)}.")
     start_from.add_argument("--config", help="A config.json to start from (a short diff of the defaults).")
-    start_from.add_argument("--like", metavar="RUN", help="Start from a run's settings (its folder's name or path).")
+    start_from.add_argument("--like", metavar="RUN", help="Start from a run's settings (its run name, folder name "
+                            "or path).")
     adding.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="Change one setting, such as learning_rate=3e-4 or dataset.source=arithmetic "
                              "(repeatable).")
