@@ -15,7 +15,9 @@ from pipeline.run_folder import disk, run_files, runs
 from pipeline.run_folder.jobs import EVAL_LIMIT
 from pipeline.models.loading import gpu_count
 from pipeline.setup import steering
+from pipeline.setup.config import RunConfig
 from ui import charts, compare_view, probes_view, steer_view, views
+from ui.form import config_to_form
 from ui.tab import acting
 
 
@@ -42,6 +44,23 @@ def runs_hint() -> gr.Markdown:
 
 def run_path(name: str | None) -> Path | None:
     return runs.resolve_run(name)
+
+
+def load_run_settings(name: str | None, allow_custom: bool = False) -> dict[str, Any]:
+    """The picked run's settings, as it started, back in the Train form: to train another like it with a change or
+    two. Anyone may load them (every user sees every run's settings). {form key, "run_name" or "message": update}."""
+    run_dir = run_path(name)
+    if run_dir is None:
+        return {"message": "Pick a run to load its settings into the form."}
+    try:
+        values = config_to_form(RunConfig.load(run_dir / run_files.CONFIG), allow_custom=allow_custom)
+    except (OSError, ValueError, TypeError) as exc:  # ValueError covers ConfigError
+        return {"message": f"❌ The settings of {name} can't be read: {exc}"}
+    steered = (" It was steered while it trained: the form holds the values it started with, and its run header "
+               "lists the changes." if steering.applied_changes(run_dir) else "")
+    return {**values, "run_name": "",
+            "message": f"Loaded the settings **{name}** started with into the form above, with no run name. Change "
+                       f"what you like, then press Start or Add to queue.{steered}"}
 
 
 def free_gpu_for_training() -> None:

@@ -25,8 +25,8 @@ from ui.form import REWARD_COLUMNS, SOURCE_SHOWN, SOURCES, config_to_form, form_
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
 from ui.runs_panel import (
     EXPORTS_EMPTY, NO_RUNS, compare_runs, compare_settings, delete_run, eval_view, evaluate_run, exports_view,
-    metrics_download, overlay_colors, overlay_labels, refresh_runs, remove_orphan_exports, report_download,
-    resume_training, runs_hint, runs_table, stop_evaluation, stop_push, stop_training,
+    load_run_settings, metrics_download, overlay_colors, overlay_labels, refresh_runs, remove_orphan_exports,
+    report_download, resume_training, runs_hint, runs_table, stop_evaluation, stop_push, stop_training,
 )
 from ui.train_form import (
     CLOSE_SETTINGS_JS, UPLOAD_TYPES, fill_preset, hyper_component, make_scanner, preview_dataset, reward_docs,
@@ -210,6 +210,7 @@ def build(ctx: TabContext) -> Tab:
                     with gr.Row():
                         resume_btn = gr.Button("Resume", elem_id="resume-btn")
                         eval_btn = gr.Button("Evaluate base vs tuned", elem_id="eval-btn")
+                    load_run_btn = gr.Button("Load its settings into the form", size="sm", elem_id="load-run-btn")
                     with gr.Row():
                         resume_steps = gr.Number(value=None, precision=0, minimum=0, label="Resume to step",
                                                  info="0 or empty: the run's own step count. Above a finished "
@@ -236,7 +237,7 @@ def build(ctx: TabContext) -> Tab:
                                                    info="Zips and GGUF files made from it in Chat; kept "
                                                         "unless ticked.")
                         delete_btn = gr.Button("Delete", variant="stop")
-                    action_msg = gr.Markdown()
+                    action_msg = gr.Markdown(elem_id="action-msg")
                     eval_box = gr.Markdown(elem_id="eval-status")
                     with gr.Accordion("Exports folder", open=False, elem_id="exports-fold") as exports_fold:
                         exports_md = gr.Markdown(EXPORTS_EMPTY, elem_id="exports-view")
@@ -298,6 +299,9 @@ def build(ctx: TabContext) -> Tab:
         loaded = {**{key: parts[key] for key in form_keys()}, "run_name": run_name, "message": message}
         load_queued_btn.click(keyed(load_queued, loaded), [queue_pick, allow], list(loaded.values()),
                               api_name="load_queued")
+        loaded_run = {**loaded, "message": action_msg}
+        load_run_btn.click(keyed(load_run_settings, loaded_run), [action_run, allow], list(loaded_run.values()),
+                           api_name="load_run_settings")
         then_refresh(sweep_btn.click(queue_sweep, [allow, nproc, run_name, sweep_setting, sweep_values],
                                      [run_select, message], inputs_kwargs=form, concurrency_limit=1,
                                      concurrency_id="start", api_name="queue_sweep"))

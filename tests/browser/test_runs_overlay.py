@@ -1,5 +1,5 @@
 """The Runs panel's overlay: ticked runs drawn on one chart, for the curve picked (train reward, held-out reward,
-KL, ...)."""
+KL, ...); and a picked run's settings loaded back into the Train form."""
 
 import pytest
 from playwright.sync_api import expect
@@ -7,7 +7,7 @@ from playwright.sync_api import expect
 from pipeline.run_folder import runs
 from pipeline.setup.config import RunConfig
 
-from .conftest import ARTIFACTS
+from .conftest import ARTIFACTS, open_settings
 
 pytestmark = [pytest.mark.browser]
 
@@ -33,7 +33,7 @@ def two_runs(studio_data):
         shutil.rmtree(run_dir)
 
 
-def test_ticked_runs_overlay_the_curve_picked(page, app_url, two_runs):
+def test_ticked_runs_overlay_the_curve_picked_and_a_runs_settings_load_into_the_form(page, app_url, two_runs):
     page.goto(app_url)
     overlay = page.locator("#compare-plot")
     # One run, drawn; then a second joins the chart already drawn (its line and legend entry too).
@@ -54,3 +54,15 @@ def test_ticked_runs_overlay_the_curve_picked(page, app_url, two_runs):
     # y axis is relabelled up to 20 and more.
     expect(overlay.locator('g[aria-label^="Y-axis"]')).to_contain_text("20", timeout=10_000)
     overlay.screenshot(path=str(ARTIFACTS / "runs-overlay-held-out.png"))
+
+    # A run's settings go back into the Train form, to train another like it: its learning rate and step count,
+    # with the run name left empty.
+    page.locator("#action-run input").click()
+    page.get_by_role("option", name=two_runs[1].name).click()
+    page.locator("#load-run-btn").click()
+    expect(page.locator("#action-msg")).to_contain_text(f"Loaded the settings {two_runs[1].name} started with",
+                                                       timeout=30_000)
+    open_settings(page)
+    expect(page.get_by_label("Steps", exact=True)).to_have_value("4")
+    expect(page.get_by_label("Learning rate", exact=True).first).to_have_value("0.001")
+    expect(page.locator("#run-name textarea, #run-name input").first).to_have_value("")

@@ -112,3 +112,23 @@ def test_the_runs_table_leads_with_how_far_each_run_got_and_its_held_out_reward_
         "finished", "4 / 4", "186", "197 → 258", "4m07s"]
     assert [rows[fresh.name][c] for c in ("step", "train reward", "held-out", "time")] == ["0 / 11", "", "", ""]
     assert "problems" not in table.columns and "owner" not in table.columns  # shown once some run has them
+
+
+def test_a_runs_settings_load_back_into_the_form_as_it_started(own_data):
+    """Load its settings into the form: the config the run started with (not its steered values, which the message
+    points to), no run name, and a plain message for no run or an unreadable config."""
+    from pipeline.run_folder import run_files
+    from ui.runs_panel import load_run_settings
+
+    name = _run("lr-1e-3", RunConfig(learning_rate=1e-3, max_steps=7, model="org/some-model"))
+    values = load_run_settings(name)
+    assert values["learning_rate"] == 1e-3 and values["max_steps"] == 7 and values["model_custom"] == "org/some-model"
+    assert values["run_name"] == "" and f"Loaded the settings **{name}** started with" in values["message"]
+    assert "steered" not in values["message"]
+    runs.append_jsonl(runs.resolve_run(name) / run_files.STEERING,
+                      {"id": "1", "step": 3, "setting": "learning_rate", "old": 1e-3, "new": 1e-4, "time": 1.0})
+    values = load_run_settings(name)
+    assert values["learning_rate"] == 1e-3 and "steered while it trained" in values["message"]
+    assert set(load_run_settings(None)) == {"message"} and set(load_run_settings("gone")) == {"message"}
+    (runs.resolve_run(name) / run_files.CONFIG).write_text("{not json")
+    assert set(load_run_settings(name)) == {"message"} and "can't be read" in load_run_settings(name)["message"]
