@@ -5,6 +5,7 @@ added here shows there, and either one starts it when the machine is free.
   python -m pipeline.queue                                    # the line, and the runs it started last
   python -m pipeline.queue add --name "lr 3e-4" --set learning_rate=3e-4
   python -m pipeline.queue add --like RUN --sweep learning_rate=1e-4,3e-4,1e-3
+  python -m pipeline.queue add --sweep learning_rate=1e-4,1e-3 --sweep beta=0,0.04   # a grid: 4 runs
   python -m pipeline.queue add --preset "Arithmetic: correctness + format" --set max_steps=20
   python -m pipeline.queue remove lr-3e-4                     # by name or id
   python -m pipeline.queue keep --until-empty                 # start each run when the one before it ends
@@ -112,7 +113,8 @@ def _run_config(run: str) -> RunConfig:
 
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, RunConfig]]:
-    """The (run name, settings) pairs `add` queues: one, or one per value of `--sweep`."""
+    """The (run name, settings) pairs `add` queues: one, one per value of `--sweep`, or one per pair of values of
+    two."""
     cfg = RunConfig()
     if args.preset:
         cfg = apply_preset(cfg, args.preset)
@@ -131,12 +133,16 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[str, RunConfig]]:
         cfg = _run_config(args.like)
     cfg = with_settings(cfg, args.set)
     name = (args.name or "").strip()
-    if not args.sweep:
-        return [(name, cfg)]
-    setting, sep, values = args.sweep.partition("=")
-    if not sep:
-        raise ConfigError(f"--sweep takes NAME=VALUE,VALUE..., such as learning_rate=1e-4,3e-4 (got {args.sweep!r}).")
-    return sweep(cfg, setting.strip(), values, name, allow_custom_rewards=args.allow_custom_rewards)
+    planned = [(name, cfg)]
+    for one in args.sweep:  # a second --sweep makes a grid: every value of one with every value of the other
+        setting, sep, values = one.partition("=")
+        if not sep:
+            raise ConfigError(f"--sweep takes NAME=VALUE,VALUE..., such as learning_rate=1e-4,3e-4 (got {one!r}).")
+        planned = [run for label, base in planned
+                   for run in sweep(base, setting.strip(), values, label, allow_custom_rewards=args.allow_custom_rewards)]
+    if len(planned) > run_queue.MAX_WAITING:
+        raise ConfigError(f"This grid makes {len(planned)} runs; the queue takes at most {run_queue.MAX_WAITING}.")
+    return planned
 
 
 def add(args: argparse.Namespace) -> str:
@@ -222,8 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     adding.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="Change one setting, such as learning_rate=3e-4 or dataset.source=arithmetic "
                              "(repeatable).")
-    adding.add_argument("--sweep", metavar="NAME=V1,V2,...",
-                        help="Queue the run once per value of one number setting, such as learning_rate=1e-4,3e-4.")
+    adding.add_argument("--sweep", action="append", default=[], metavar="NAME=V1,V2,...",
+                        help="Queue the run once per value of one number setting, such as learning_rate=1e-4,3e-4; "
+                             "a second --sweep queues every pair of values (a grid).")
     adding.add_argument("--nproc", type=int, default=1, help="Processes (one per GPU) for each run.")
     adding.add_argument("--allow-custom-rewards", action="store_true",
                         help="Allow custom_python reward code (it runs on this machine).")

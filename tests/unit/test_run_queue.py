@@ -217,3 +217,15 @@ def test_the_queue_from_a_terminal_adds_lists_removes_and_keeps_the_line(stand_i
     made = [run_queue.read().started[-2]["run"], run_queue.read().started[-1]["run"]]
     assert [runs.read_json(runs.runs_dir() / name / "config.json")["max_steps"] for name in made] == [3, 2]
     assert all(state(runs.runs_dir() / name) == "finished" for name in made)
+
+
+def test_two_sweeps_from_a_terminal_make_a_grid_and_a_grid_too_big_queues_nothing(stand_in_trainer, capsys):
+    from pipeline import queue as cli
+
+    training("first")
+    assert cli.main(["add", "--name", "g", "--sweep", "learning_rate=1e-4,1e-3", "--sweep", "beta=0,0.04"]) == 0
+    assert [(w.label, w.config["learning_rate"], w.config["beta"]) for w in run_queue.read().waiting] == [
+        ("g-lr-1e-4-beta-0", 1e-4, 0.0), ("g-lr-1e-4-beta-0-04", 1e-4, 0.04),
+        ("g-lr-1e-3-beta-0", 1e-3, 0.0), ("g-lr-1e-3-beta-0-04", 1e-3, 0.04)]
+    assert cli.main(["add", "--sweep", "learning_rate=1e-4,2e-4,3e-4,4e-4,5e-4", "--sweep", "seed=1,2,3,4,5"]) == 2
+    assert "makes 25 runs" in capsys.readouterr().err and len(run_queue.read().waiting) == 4
