@@ -175,9 +175,6 @@ def _start_locked(spec: jobs.Job, run_dir: Path | None, actor: owners.Actor | No
     return run_dir
 
 
-# ---- trainings waiting their turn ----------------------------------------------------------------------
-
-
 def default_label(cfg: RunConfig) -> str:
     """What names a run when no run name is typed: its model and its prompts' source ("smollm2-tldr")."""
     return Path(cfg.model).name.replace("SmolLM2-135M-Instruct", "smollm2") + "-" + cfg.dataset.source
@@ -196,6 +193,9 @@ def training_request(cfg: RunConfig, run_name: str | None = None, nproc: int | N
     if unreachable:
         raise ValueError(unreachable)
     return label, processes
+
+
+# ---- trainings waiting their turn ----------------------------------------------------------------------
 
 
 def queue_training(cfg: RunConfig, label: str = "run", nproc: int = 1, allow_custom_rewards: bool = False,

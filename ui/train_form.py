@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import html
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
