@@ -17,6 +17,18 @@ COMPARE_CURVES = {
     "Token entropy": ("metrics", "entropy", "nats per token"),
 }
 DEFAULT_COMPARE = "Train reward"
+# One reward function's mean per step, a curve for each reward the ticked runs scored ("Reward: length_target"):
+# what a sweep of reward weights moved, reward by reward.
+REWARD_CURVE = "Reward: "
+
+
+def compare_choices(reward_names) -> list[str]:
+    """The overlay's curves: the fixed ones, then one per reward function named.
+
+    >>> compare_choices(["length_target"])[-2:]
+    ['Token entropy', 'Reward: length_target']
+    """
+    return [*COMPARE_CURVES, *(REWARD_CURVE + name for name in reward_names)]
 
 
 def compare_title(curve: str) -> str:
@@ -181,13 +193,18 @@ def metric_frame(rows: list[dict], chart: str) -> pd.DataFrame:
     return _frame(data)
 
 
-def compare_frame(runs_rows: dict[str, list[dict]], key: str = "reward") -> pd.DataFrame:
-    """One value (`key`) of several runs on one chart, a series per run.
+def compare_frame(runs_rows: dict[str, list[dict]], key: str = "reward", reward: str | None = None) -> pd.DataFrame:
+    """One value (`key`, or reward function `reward`'s mean) of several runs on one chart, a series per run.
 
     >>> compare_frame({"a": [{"step": 1, "kl": 0.1}, {"step": 2}], "b": [{"step": 1, "kl": 0.3}]}, "kl").values.tolist()
     [[1, 0.1, 'a'], [1, 0.3, 'b']]
+    >>> compare_frame({"a": [{"step": 1, "rewards": {"x": {"mean": 2.0}}}, {"step": 2}]}, reward="x").values.tolist()
+    [[1, 2.0, 'a']]
     """
-    data = [(r["step"], r[key], name) for name, rows in runs_rows.items() for r in rows if _finite(r.get(key))]
+    def value(row):
+        return ((row.get("rewards") or {}).get(reward) or {}).get("mean") if reward else row.get(key)
+
+    data = [(r["step"], value(r), name) for name, rows in runs_rows.items() for r in rows if _finite(value(r))]
     return _frame(data)
 
 

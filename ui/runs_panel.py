@@ -106,26 +106,43 @@ def refresh_runs(current: str | None) -> tuple[gr.Dropdown, Any, gr.CheckboxGrou
 
 
 def overlay_curve(curve: str | None) -> str:
-    """The curve picked, or the default for a name that is not one (charts.COMPARE_CURVES)."""
-    return curve if curve in charts.COMPARE_CURVES else charts.DEFAULT_COMPARE
+    """The curve picked, or the default for a name that is not one (charts.COMPARE_CURVES, or a reward's)."""
+    known = curve in charts.COMPARE_CURVES or (curve or "").startswith(charts.REWARD_CURVE)
+    return curve if known else charts.DEFAULT_COMPARE
 
 
 def overlay_labels(curve: str | None) -> Any:
     """The overlay's first event: its title and y-axis title for `curve`. Sent on their own, before the data: a
     plot whose title changes in the same update as its data is drawn again with its old data."""
     curve = overlay_curve(curve)
-    return gr.LinePlot(title=charts.compare_title(curve), y_title=charts.COMPARE_CURVES[curve][2])
+    y_title = charts.COMPARE_CURVES[curve][2] if curve in charts.COMPARE_CURVES else "reward (mean)"
+    return gr.LinePlot(title=charts.compare_title(curve), y_title=y_title)
+
+
+def overlay_choices(selected: list[str] | None, curve: str | None) -> gr.Radio:
+    """The overlay's curves for the ticked runs: the fixed ones and one per reward function any of them scored
+    (config.json's rewards, weight 0 included). A reward curve none of them has goes back to the default."""
+    names: list[str] = []
+    for name in selected or []:
+        config = runs.read_json(p / run_files.CONFIG) if (p := run_path(name)) else None
+        for reward in (config or {}).get("rewards") or []:
+            if isinstance(reward, dict) and reward.get("name") and reward["name"] not in names:
+                names.append(str(reward["name"]))
+    choices = charts.compare_choices(names)
+    return gr.Radio(choices=choices, value=curve if curve in choices else charts.DEFAULT_COMPARE)
 
 
 def compare_runs(selected: list[str], curve: str | None = charts.DEFAULT_COMPARE) -> tuple[Any, dict]:
     """The overlay's data: the ticked runs' `curve` (charts.COMPARE_CURVES: train or held-out reward, KL, ...),
     hidden while no run is ticked; and a colour per run, for overlay_colors to send after the data (a plot drawn
     again with a new series keeps its first legend, and leaves the new line out, until its colour map changes)."""
-    source, key, _ = charts.COMPARE_CURVES[overlay_curve(curve)]
+    curve = overlay_curve(curve)
+    reward = curve.removeprefix(charts.REWARD_CURVE) if curve.startswith(charts.REWARD_CURVE) else None
+    source, key, _ = charts.COMPARE_CURVES.get(curve, ("metrics", "rewards", ""))
     read = runs.read_evals if source == "evals" else runs.read_metrics
     rows = {name: read(p) for name in selected or [] if (p := run_path(name))}
     steps = [r["step"] for run_rows in rows.values() for r in run_rows]
-    frame = charts.compare_frame(rows, key)
+    frame = charts.compare_frame(rows, key, reward)
     # The axis starts at 0 for every curve: a plot whose x limits change in the same update as its data is drawn
     # again with its old data (as for its title, see overlay_labels), so switching to held-out keeps the same start.
     return plot(frame, charts.step_axis(None, steps), visible=bool(rows)), charts.series_colors(frame) or {}

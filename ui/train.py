@@ -25,8 +25,9 @@ from ui.form import REWARD_COLUMNS, SOURCE_SHOWN, SOURCES, config_to_form, form_
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
 from ui.runs_panel import (
     EXPORTS_EMPTY, NO_RUNS, compare_runs, compare_settings, delete_run, eval_view, evaluate_run, exports_view,
-    load_run_settings, metrics_download, overlay_colors, overlay_labels, refresh_runs, remove_orphan_exports,
-    report_download, resume_training, runs_hint, runs_table, stop_evaluation, stop_push, stop_training,
+    load_run_settings, metrics_download, overlay_choices, overlay_colors, overlay_labels, refresh_runs,
+    remove_orphan_exports, report_download, resume_training, runs_hint, runs_table, stop_evaluation, stop_push,
+    stop_training,
 )
 from ui.train_form import (
     CLOSE_SETTINGS_JS, UPLOAD_TYPES, fill_preset, hyper_component, make_scanner, preview_dataset, reward_docs,
@@ -199,7 +200,9 @@ def build(ctx: TabContext) -> Tab:
                     compare_curve = gr.Radio(list(charts.COMPARE_CURVES), value=charts.DEFAULT_COMPARE,
                                              label="Curve", elem_id="compare-curve",
                                              info="Held-out reward is the probe prompts' (never trained on; step "
-                                                  "0 is the base model): whether a run's gain carries over.")
+                                                  "0 is the base model): whether a run's gain carries over. Each "
+                                                  "reward the ticked runs scored has a curve too (its mean, before "
+                                                  "weights).")
                     compare_plot = gr.LinePlot(None, x="step", y="value", color="series", color_title="run",
                                                visible=False, title=charts.COMPARE_TITLE, height=240,
                                                elem_id="compare-plot", y_title=charts.CHART_Y_TITLES["compare"],
@@ -316,6 +319,10 @@ def build(ctx: TabContext) -> Tab:
         run_select.change(lambda: "latest", None, probe_pick)
         then_hint(refresh_btn.click(refresh_runs, run_select, listed))
         compare.change(compare_settings, compare, compared, show_progress="hidden", api_visibility="private")
+        # The ticked runs' rewards join the curves; a reward curve none of them has goes back to the default (its
+        # change then redraws the overlay).
+        compare.change(overlay_choices, [compare, compare_curve], compare_curve, show_progress="hidden",
+                       api_visibility="private")
         # The overlay in three events: its titles, its data, then its colour per run (see compare_runs).
         overlay_map = gr.State({})
         for changed in (compare.change, compare_curve.change):

@@ -21,7 +21,8 @@ def two_runs(studio_data):
         run_dir = runs.new_run_dir(label)
         runs.write_json_atomic(run_dir / "config.json", RunConfig(max_steps=4, learning_rate=lr).to_dict())
         for step in range(1, 5):
-            runs.append_jsonl(run_dir / "metrics.jsonl", {"step": step, "reward": gain * step, "kl": 0.01 * step})
+            runs.append_jsonl(run_dir / "metrics.jsonl", {"step": step, "reward": gain * step, "kl": 0.01 * step,
+                                                           "rewards": {"length_target": {"mean": -10 * gain * step}}})
         for step in (0, 2, 4):
             runs.append_jsonl(run_dir / "evals.jsonl", {"step": step, "reward": 10 + gain * step})
         runs.write_status(run_dir, "finished", started_at=1.0, ended_at=2.0)
@@ -54,6 +55,11 @@ def test_ticked_runs_overlay_the_curve_picked_and_a_runs_settings_load_into_the_
     # y axis is relabelled up to 20 and more.
     expect(overlay.locator('g[aria-label^="Y-axis"]')).to_contain_text("20", timeout=10_000)
     overlay.screenshot(path=str(ARTIFACTS / "runs-overlay-held-out.png"))
+    # One reward function's curve, offered for each reward the ticked runs scored: run b's length_target mean
+    # falls to -10 x 3 x 4 = -120.
+    page.locator("#compare-curve").get_by_text("Reward: length_target", exact=True).click()
+    expect(overlay).to_contain_text("Reward: length_target by run", timeout=30_000)
+    expect(overlay.locator('g[aria-label^="Y-axis"]')).to_contain_text("−100", timeout=10_000)
 
     # A run's settings go back into the Train form, to train another like it: its learning rate and step count,
     # with the run name left empty.

@@ -132,3 +132,20 @@ def test_a_runs_settings_load_back_into_the_form_as_it_started(own_data):
     assert set(load_run_settings(None)) == {"message"} and set(load_run_settings("gone")) == {"message"}
     (runs.resolve_run(name) / run_files.CONFIG).write_text("{not json")
     assert set(load_run_settings(name)) == {"message"} and "can't be read" in load_run_settings(name)["message"]
+
+
+def test_each_reward_the_ticked_runs_scored_is_a_curve_of_the_overlay(own_data):
+    from pipeline.run_folder import run_files
+    from ui.runs_panel import compare_runs, overlay_choices
+
+    a = _run("a", RunConfig())
+    b = _run("b", RunConfig(rewards=[RewardSpec("strict_format", 1.0), RewardSpec("length_target", 0.0)]))
+    runs.append_jsonl(runs.resolve_run(b) / run_files.METRICS,
+                      {"step": 1, "reward": 1.0, "rewards": {"strict_format": {"mean": 0.5}, "length_target": {}}})
+    radio = overlay_choices([a, b], "Reward: strict_format")
+    rewards = [c for c, _ in radio.choices if c.startswith("Reward: ")]
+    assert rewards == ["Reward: length_target", "Reward: token_diversity", "Reward: post_similarity",
+                       "Reward: strict_format"] and radio.value == "Reward: strict_format"
+    assert overlay_choices([a], "Reward: strict_format").value == "Train reward"  # a has no such reward
+    plot, _ = compare_runs([a, b], "Reward: strict_format")
+    assert plot.value["data"] == [[1, 0.5, b]], plot.value
