@@ -31,7 +31,7 @@ from pipeline import runner
 from pipeline.run_folder import run_files, run_queue, runs
 from pipeline.setup.config import ConfigError, DatasetSpec, RunConfig
 from pipeline.setup.presets import PRESETS, apply_preset
-from pipeline.setup.sweep import sweep
+from pipeline.setup.sweep import grid
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
@@ -133,16 +133,17 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[str, RunConfig]]:
         cfg = _run_config(args.like)
     cfg = with_settings(cfg, args.set)
     name = (args.name or "").strip()
-    planned = [(name, cfg)]
+    if not args.sweep:
+        return [(name, cfg)]
+    axes = []
     for one in args.sweep:  # a second --sweep makes a grid: every value of one with every value of the other
         setting, sep, values = one.partition("=")
         if not sep:
             raise ConfigError(f"--sweep takes NAME=VALUE,VALUE..., such as learning_rate=1e-4,3e-4 (got {one!r}).")
-        planned = [run for label, base in planned
-                   for run in sweep(base, setting.strip(), values, label, allow_custom_rewards=args.allow_custom_rewards)]
-    if len(planned) > run_queue.MAX_WAITING:
-        raise ConfigError(f"This grid makes {len(planned)} runs; the queue takes at most {run_queue.MAX_WAITING}.")
-    return planned
+        axes.append((setting.strip(), values))
+    if len(axes) > 2:
+        raise ConfigError("At most two --sweep: a grid of two settings.")
+    return grid(cfg, axes, name, allow_custom_rewards=args.allow_custom_rewards)
 
 
 def add(args: argparse.Namespace) -> str:

@@ -125,7 +125,12 @@ def build(ctx: TabContext) -> Tab:
                                                     label="Setting to vary", elem_id="sweep-setting")
                         sweep_values = gr.Textbox(label="Values", placeholder="1e-4, 3e-4, 1e-3", max_lines=1,
                                                   scale=3, elem_id="sweep-values")
-                    sweep_btn = gr.Button("Queue one run per value", elem_id="sweep-btn")
+                    with gr.Row():
+                        sweep_setting2 = gr.Dropdown(choices=[("none", ""), *sweepable()], value="", scale=2,
+                                                     label="Second setting (a grid)", elem_id="sweep-setting2")
+                        sweep_values2 = gr.Textbox(label="Its values", placeholder="0, 0.04", max_lines=1,
+                                                   scale=3, elem_id="sweep-values2")
+                    sweep_btn = gr.Button("Queue the sweep", elem_id="sweep-btn")
                 message = gr.Markdown(elem_id="train-message")
                 with gr.Group(visible=False, elem_id="queue-box") as queue_box:  # shown while runs wait
                     queue_list = gr.HTML(elem_id="queue")
@@ -305,7 +310,8 @@ def build(ctx: TabContext) -> Tab:
         loaded_run = {**loaded, "message": action_msg}
         load_run_btn.click(keyed(load_run_settings, loaded_run), [action_run, allow], list(loaded_run.values()),
                            api_name="load_run_settings")
-        then_refresh(sweep_btn.click(queue_sweep, [allow, nproc, run_name, sweep_setting, sweep_values],
+        then_refresh(sweep_btn.click(queue_sweep, [allow, nproc, run_name, sweep_setting, sweep_values,
+                                                   sweep_setting2, sweep_values2],
                                      [run_select, message], inputs_kwargs=form, concurrency_limit=1,
                                      concurrency_id="start", api_name="queue_sweep"))
         stop_btn.click(stop_training, [run_select, ops], stop_message)

@@ -17,7 +17,7 @@ from pipeline.setup.config import ConfigError, RunConfig
 from pipeline.setup.data import DatasetError, load_rows, read_table
 from pipeline.models.loading import gpu_count
 from pipeline.setup.presets import apply_preset
-from pipeline.setup.sweep import sweep
+from pipeline.setup.sweep import grid
 from pipeline.rewards import reward_registry
 from ui import uploads, views
 from ui.form import config_to_form, form_to_config, number_bounds
@@ -217,16 +217,19 @@ def queue_training(allow_custom: bool, nproc, run_name: str = "", request: gr.Re
                            "showing that run moves to it. Remove from queue, below, takes it out.")
 
 
-SWEEP_HELP = ("The form's run once per value, each named after its value (\"lr 1e-4\"), waiting in the queue. When "
-              "they have run, tick them under Runs, Overlay runs, to see which value learned best.")
+SWEEP_HELP = ("The form's run once per value, each named after its value (\"lr 1e-4\"), waiting in the queue; with a "
+              "second setting, once per pair of values. When they have run, tick them under Runs, Overlay runs, to "
+              "see which value learned best.")
 
 
 def queue_sweep(allow_custom: bool, nproc, run_name: str = "", setting: str = "learning_rate", values: str = "",
-                request: gr.Request = None, **form):
-    """Queue a sweep: the form's run once per typed value of one number setting, all checked before any waits."""
+                setting2: str = "", values2: str = "", request: gr.Request = None, **form):
+    """Queue a sweep: the form's run once per typed value of one number setting, or per pair of values of two (a
+    grid), all checked before any waits."""
     try:
         cfg, _, processes = _request(nproc, run_name, form)
-        planned = sweep(cfg, setting, values or "", (run_name or "").strip(), allow_custom_rewards=allow_custom)
+        axes = [(setting, values or "")] + ([(setting2, values2 or "")] if setting2 else [])
+        planned = grid(cfg, axes, (run_name or "").strip(), allow_custom_rewards=allow_custom)
         entries, started = runner.queue_trainings([(runs.run_label(label, label), one) for label, one in planned],
                                                   nproc=processes, allow_custom_rewards=allow_custom,
                                                   actor=acting(request))

@@ -5,8 +5,10 @@ config of its own with a name that says its value, checked whole before any is q
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
+from pipeline.run_folder.run_queue import MAX_WAITING as MAX_RUNS
 from pipeline.setup.config import ConfigError, RunConfig
 
 MAX_VALUES = 8  # a sweep of a few settings; more is a job for a script
@@ -75,12 +77,30 @@ def sweep(cfg: RunConfig, name: str, text: str, prefix: str = "", allow_custom_r
     >>> [(label, c.learning_rate) for label, c in sweep(RunConfig(), "learning_rate", "1e-4 1e-3", "tldr")]
     [('tldr lr 1e-4', 0.0001), ('tldr lr 1e-3', 0.001)]
     """
-    values = parse_values(name, text)
-    typed = text.replace(",", " ").split()  # as typed: "1e-4" names a run better than "0.0001"
+    return grid(cfg, [(name, text)], prefix, allow_custom_rewards)
+
+
+def grid(cfg: RunConfig, axes: list[tuple[str, str]], prefix: str = "", allow_custom_rewards: bool = False
+         ) -> list[tuple[str, RunConfig]]:
+    """A sweep of one setting, or of two (every pair of their values: a grid), as (run name, config) pairs; each
+    run is checked with all its values set, and ConfigError lists every one that can't run.
+
+    >>> [(label, c.learning_rate, c.beta) for label, c in grid(RunConfig(), [("learning_rate", "1e-4 1e-3"),
+    ...                                                                      ("beta", "0, 0.04")])][1:3]
+    [('lr 1e-4 beta 0.04', 0.0001, 0.04), ('lr 1e-3 beta 0', 0.001, 0.0)]
+    """
+    axes = [(name, text) for name, text in axes if name]
+    if len({name for name, _ in axes}) < len(axes):
+        raise ConfigError("A grid varies two different settings: pick another second setting.")
+    # Each setting's values, and each as typed: "1e-4" names a run better than "0.0001".
+    columns = [list(zip(parse_values(name, text), text.replace(",", " ").split())) for name, text in axes]
+    count = math.prod(len(values) for values in columns)
+    if count > MAX_RUNS:
+        raise ConfigError(f"This grid makes {count} runs; the queue takes at most {MAX_RUNS}. Type fewer values.")
     out, problems = [], []
-    for value, shown in zip(values, typed):
-        one = dataclasses.replace(cfg, **{name: value})
-        label = f"{SHORT.get(name, name)} {shown}"
+    for combo in itertools.product(*columns):
+        one = dataclasses.replace(cfg, **{name: value for (name, _), (value, _) in zip(axes, combo)})
+        label = " ".join(f"{SHORT.get(name, name)} {shown}" for (name, _), (_, shown) in zip(axes, combo))
         wrong = one.problems(allow_custom_rewards=allow_custom_rewards)
         if wrong:
             problems.append(f"{label}: {'; '.join(wrong)}")

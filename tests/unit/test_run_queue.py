@@ -158,18 +158,26 @@ def test_a_sweep_queues_the_forms_run_once_per_value_or_nothing(stand_in_trainer
     training("first")
     monkeypatch.setattr("pipeline.models.loading.hub_fetch_problem", lambda *a: None)
     form = train_form.config_to_form(RunConfig(max_steps=3))
-    _, message = train_form.queue_sweep(False, 1, "quick", "learning_rate", "1e-4, 3e-4 1e-3", None, **form)
+    _, message = train_form.queue_sweep(False, 1, "quick", "learning_rate", "1e-4, 3e-4 1e-3", "", "", None,
+                                        **form)
     assert message.startswith("Queued 3 runs: **quick-lr-1e-4**, **quick-lr-3e-4**, **quick-lr-1e-3**"), message
     waiting = run_queue.read().waiting
     assert [(w.config["learning_rate"], w.config["max_steps"]) for w in waiting] == [(1e-4, 3), (3e-4, 3), (1e-3, 3)]
     # One value that can't run: nothing of the sweep is queued, and the message names the value.
-    _, message = train_form.queue_sweep(False, 1, "", "num_generations", "4, 3", None, **form)
+    _, message = train_form.queue_sweep(False, 1, "", "num_generations", "4, 3", "", "", None, **form)
     assert message.startswith("❌") and "G 3" in message and len(run_queue.read().waiting) == 3
     for bad, said in (("1e-4", "two or more"), ("1e-4, x", "'x' is not a number"), ("1, 1", "typed twice")):
-        _, message = train_form.queue_sweep(False, 1, "", "learning_rate", bad, None, **form)
+        _, message = train_form.queue_sweep(False, 1, "", "learning_rate", bad, "", "", None, **form)
         assert said in message, message
-    _, message = train_form.queue_sweep(False, 1, "", "model", "1, 2", None, **form)
+    _, message = train_form.queue_sweep(False, 1, "", "model", "1, 2", "", "", None, **form)
     assert "pick one of" in message and len(run_queue.read().waiting) == 3
+    # A second setting makes a grid: every pair of values, each run checked with both set.
+    _, message = train_form.queue_sweep(False, 1, "g", "learning_rate", "1e-4, 1e-3", "beta", "0, 0.04", None, **form)
+    assert message.startswith("Queued 4 runs: **g-lr-1e-4-beta-0**, **g-lr-1e-4-beta-0-04**"), message
+    assert [(w.config["learning_rate"], w.config["beta"]) for w in run_queue.read().waiting[3:]] == [
+        (1e-4, 0.0), (1e-4, 0.04), (1e-3, 0.0), (1e-3, 0.04)]
+    _, message = train_form.queue_sweep(False, 1, "", "beta", "0, 0.04", "beta", "0, 1", None, **form)
+    assert "two different settings" in message and len(run_queue.read().waiting) == 7
 
 
 def test_a_queued_runs_settings_load_back_into_the_form(stand_in_trainer):
