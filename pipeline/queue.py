@@ -154,7 +154,8 @@ def add(args: argparse.Namespace) -> str:
     entries, started = runner.queue_trainings(pairs, nproc=processes, allow_custom_rewards=args.allow_custom_rewards)
     names = ", ".join(e.label for e in entries)
     if started is not None:
-        rest = "" if len(entries) == 1 else " The rest wait their turn: `python -m pipeline.queue keep` starts them."
+        rest = "" if len(entries) == 1 else (" The rest start one at a time after it, by the app while it runs, or "
+                                             "by `python -m pipeline.queue keep`.")
         return f"Queued {names}. The machine was free: {started.name} started now.{rest}"
     busy = runner.busy_run()
     after = f" after {busy[0].name}" if busy else ""
