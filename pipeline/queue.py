@@ -182,10 +182,11 @@ def listing() -> str:
     lines = [f"Training now: {busy[0].name}" if busy else "Nothing trains now."]
     if not queue.waiting:
         lines.append("The queue is empty.")
+    varying = queue.varying()
     for entry in queue.waiting:
         place = queue.position(entry.id)
         who = f", queued by {entry.owner}" if entry.owner else ""
-        lines.append(f"{str(place) + '.' if place else 'x '} {entry.label}  ({entry.summary()}; added "
+        lines.append(f"{str(place) + '.' if place else 'x '} {entry.label}  ({entry.summary(varying)}; added "
                      f"{time.strftime('%H:%M', time.localtime(entry.queued_at))}{who}; id {entry.id})")
         if entry.error:
             lines.append(f"   could not start: {entry.error}")

@@ -36,7 +36,7 @@ def queue_html(queue: run_queue.Queue, busy: str | None = None) -> str:
     """
     if not queue.waiting:
         return ""
-    rows = []
+    rows, varying = [], queue.varying()
     for entry in queue.waiting:
         place = queue.position(entry.id)
         who = f" · queued by {html.escape(entry.owner)}" if entry.owner else ""  # under a login
@@ -44,7 +44,8 @@ def queue_html(queue: run_queue.Queue, busy: str | None = None) -> str:
         note = (f"<div class='gs-error'>Could not start: {html.escape(entry.error)} Load it into the form to set it "
                 "up again, then remove it from the queue.</div>" if entry.error else "")
         rows.append(f"<li><b>{head} {html.escape(entry.label)}</b> <span style='color:var(--body-text-color-subdued)'>"
-                    f"{html.escape(entry.summary())} · added {_when(entry.queued_at)}{who}</span>{note}</li>")
+                    f"{html.escape(entry.summary(varying))} · added {_when(entry.queued_at)}{who}</span>"
+                    f"{note}</li>")
     waiting = sum(1 for w in queue.waiting if w.error is None)
     lead = (f"Next after <b>{html.escape(busy)}</b>. {QUEUE_HELP}" if busy and waiting
             else "The first starts within a few seconds." if waiting else "")

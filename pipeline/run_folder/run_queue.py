@@ -17,6 +17,8 @@ from pipeline.run_folder import owners, run_files
 from pipeline.run_folder.jsonio import read_json, write_json_atomic
 from pipeline.run_folder.runs import runs_dir
 
+# What every queued run's summary shows already (Waiting.summary).
+SUMMARISED = ("max_steps", "learning_rate", "num_generations", "rewards")
 MAX_WAITING = 20  # one user's sweep of a few settings fits; a script that queues without end is told no
 # How long after a queued run starts a page showing the run before it moves to the new one (ui: the live view).
 FOLLOW_S = 15.0
@@ -44,16 +46,19 @@ class Waiting:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
 
-    def summary(self) -> str:
-        """Its settings in a few words: what a user tells two queued runs apart by.
+    def summary(self, also: list[str] = ()) -> str:
+        """Its settings in a few words: what a user tells two queued runs apart by; `also` names more settings to
+        show (those that differ between the queued runs: Queue.varying).
 
-        >>> Waiting("a", {"max_steps": 8, "learning_rate": 1e-4, "num_generations": 4,
-        ...               "rewards": [{"name": "length_target", "weight": 1.0}]}).summary()
-        '8 steps, lr 0.0001, G=4, length_target×1.0'
+        >>> Waiting("a", {"max_steps": 8, "learning_rate": 1e-4, "num_generations": 4, "beta": 0.04,
+        ...               "rewards": [{"name": "length_target", "weight": 1.0}]}).summary(["beta"])
+        '8 steps, lr 0.0001, G=4, beta 0.04, length_target×1.0'
         """
-        rewards = ", ".join(f"{r.get('name')}×{r.get('weight')}" for r in self.config.get("rewards") or [])
-        return (f"{self.config.get('max_steps')} steps, lr {self.config.get('learning_rate')}, "
-                f"G={self.config.get('num_generations')}" + (f", {rewards}" if rewards else ""))
+        shown = [f"{self.config.get('max_steps')} steps", f"lr {self.config.get('learning_rate')}",
+                 f"G={self.config.get('num_generations')}", *(f"{key} {self.config.get(key)}" for key in also)]
+        rewards = [r for r in self.config.get("rewards") or [] if isinstance(r, dict)]
+        shown += [f"{r.get('name')}×{r.get('weight')}" for r in rewards]
+        return ", ".join(shown)
 
 
 @dataclass
@@ -66,6 +71,17 @@ class Queue:
     def ready(self) -> Waiting | None:
         """The first entry that can be started (entries that failed to start wait for their owner)."""
         return next((w for w in self.waiting if w.error is None), None)
+
+    def varying(self) -> list[str]:
+        """The settings, beyond those every summary shows, whose values differ between the waiting runs (what a
+        sweep of beta or the seed varies), in the config's order.
+
+        >>> Queue([Waiting("a", {"beta": 0.0, "seed": 1}), Waiting("b", {"beta": 0.04, "seed": 1})]).varying()
+        ['beta']
+        """
+        keys = [key for key in (self.waiting[0].config if self.waiting else {}) if key not in SUMMARISED]
+        return [key for key in keys if isinstance(self.waiting[0].config[key], (int, float, str))
+                and len({repr(w.config.get(key)) for w in self.waiting}) > 1]
 
     def position(self, entry_id: str) -> int:
         """1 for the next to start, counting only entries that can start; 0 when it is not in the line."""

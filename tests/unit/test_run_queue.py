@@ -176,6 +176,10 @@ def test_a_sweep_queues_the_forms_run_once_per_value_or_nothing(stand_in_trainer
     assert message.startswith("Queued 4 runs: **g-lr-1e-4-beta-0**, **g-lr-1e-4-beta-0-04**"), message
     assert [(w.config["learning_rate"], w.config["beta"]) for w in run_queue.read().waiting[3:]] == [
         (1e-4, 0.0), (1e-4, 0.04), (1e-3, 0.0), (1e-3, 0.04)]
+    from ui.queue_view import queue_html
+
+    shown = queue_html(run_queue.read())  # the line shows what the runs differ in: here beta, beside lr
+    assert "lr 0.0001, G=4, beta 0.04," in shown and "lr 0.001, G=4, beta 0.0," in shown
     _, message = train_form.queue_sweep(False, 1, "", "beta", "0, 0.04", "beta", "0, 1", None, **form)
     assert "two different settings" in message and len(run_queue.read().waiting) == 7
 
