@@ -147,10 +147,10 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[str, RunConfig]]:
 
 
 def add(args: argparse.Namespace) -> str:
-    pairs, processes = [], 1
-    for name, cfg in planned_runs(args):
-        label, processes = runner.training_request(cfg, name, args.nproc)
-        pairs.append((label, cfg))
+    planned = planned_runs(args)
+    # The model, the prompts and the process count are the same for every run of a sweep: checked once.
+    _, processes = runner.training_request(planned[0][1], None, args.nproc)
+    pairs = [(runs.run_label(name, runner.default_label(cfg)), cfg) for name, cfg in planned]
     entries, started = runner.queue_trainings(pairs, nproc=processes, allow_custom_rewards=args.allow_custom_rewards)
     names = ", ".join(e.label for e in entries)
     if started is not None:

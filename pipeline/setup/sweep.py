@@ -1,5 +1,6 @@
-"""A sweep: the form's run once per value of one number setting ("learning rate: 1e-4, 3e-4, 1e-3"), each a
-config of its own with a name that says its value, checked whole before any is queued. No torch or gradio import.
+"""A sweep: the form's run once per value of one number setting ("learning rate: 1e-4, 3e-4, 1e-3"), or once per
+pair of values of two (a grid), each a config of its own with a name that says its values, checked whole before any
+is queued. No torch or gradio import.
 """
 
 from __future__ import annotations
@@ -69,22 +70,14 @@ def parse_values(name: str, text: str) -> list[int | float]:
     return values
 
 
-def sweep(cfg: RunConfig, name: str, text: str, prefix: str = "", allow_custom_rewards: bool = False
-          ) -> list[tuple[str, RunConfig]]:
-    """One (run name, config) per value, the form's `cfg` with `name` set to it; every config is checked, and
-    ConfigError lists each value that can't run, so that nothing is queued unless all can.
-
-    >>> [(label, c.learning_rate) for label, c in sweep(RunConfig(), "learning_rate", "1e-4 1e-3", "tldr")]
-    [('tldr lr 1e-4', 0.0001), ('tldr lr 1e-3', 0.001)]
-    """
-    return grid(cfg, [(name, text)], prefix, allow_custom_rewards)
-
-
 def grid(cfg: RunConfig, axes: list[tuple[str, str]], prefix: str = "", allow_custom_rewards: bool = False
          ) -> list[tuple[str, RunConfig]]:
-    """A sweep of one setting, or of two (every pair of their values: a grid), as (run name, config) pairs; each
-    run is checked with all its values set, and ConfigError lists every one that can't run.
+    """A sweep of one setting, or of two (every pair of their values: a grid), as (run name, config) pairs: the
+    form's `cfg` with the values set, named after them. Each run is checked with all its values set, and
+    ConfigError lists every one that can't run, so that nothing is queued unless all can.
 
+    >>> [(label, c.learning_rate) for label, c in grid(RunConfig(), [("learning_rate", "1e-4 1e-3")], "tldr")]
+    [('tldr lr 1e-4', 0.0001), ('tldr lr 1e-3', 0.001)]
     >>> [(label, c.learning_rate, c.beta) for label, c in grid(RunConfig(), [("learning_rate", "1e-4 1e-3"),
     ...                                                                      ("beta", "0, 0.04")])][1:3]
     [('lr 1e-4 beta 0.04', 0.0001, 0.04), ('lr 1e-3 beta 0', 0.001, 0.0)]
