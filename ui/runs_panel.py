@@ -16,7 +16,7 @@ from pipeline.run_folder.jobs import EVAL_LIMIT
 from pipeline.models.loading import gpu_count
 from pipeline.setup import steering
 from pipeline.setup.config import RunConfig
-from ui import charts, compare_view, probes_view, steer_view, views
+from ui import answers_view, charts, compare_view, probes_view, steer_view, views
 from ui.form import config_to_form
 from ui.tab import acting
 
@@ -156,6 +156,22 @@ def compare_settings(selected: list[str] | None) -> str:
         if cfg:
             cfg[compare_view.STEERED] = steer_view.changes_text(steering.applied_changes(paths[name]))
     return compare_view.settings_diff_html(configs)
+
+
+def compare_answers(selected: list[str] | None, picked: str | None = None) -> tuple[gr.Dropdown, str]:
+    """The ticked runs' held-out answers side by side (ui/answers_view.py): the prompt picker's choices, keeping the
+    prompt picked while the new ticks still answered it, and the answers to it."""
+    evals = {name: runs.read_evals(p) for name in selected or [] if (p := run_path(name))}
+    choices = answers_view.prompt_choices(evals) if len(evals) >= 2 else []
+    values = [value for _, value in choices]
+    value = picked if picked in values else (values[0] if values else None)
+    return (gr.Dropdown(choices=choices, value=value, visible=bool(choices)),
+            answers_view.answers_html(evals, value))
+
+
+def picked_answers(selected: list[str] | None, picked: str | None) -> str:
+    """The answers to another held-out prompt, for the same ticked runs."""
+    return compare_answers(selected, picked)[1]
 
 
 def report_download(run_name: str | None) -> tuple[Any, str]:

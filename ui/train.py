@@ -19,15 +19,16 @@ from pipeline.models.loading import catalog_choices, gpu_count
 from pipeline.training.preflight import SCAN_PROMPTS
 from pipeline.setup.presets import PRESETS
 from ui import charts, probes_view, steer_panel, token_views, views, watch
+from ui.answers_view import ANSWERS_EMPTY
 from ui.compare_view import COMPARE_EMPTY
 from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCE_SHOWN, SOURCES, config_to_form, form_fields, form_keys, reward_rows
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
 from ui.runs_panel import (
-    EXPORTS_EMPTY, NO_RUNS, compare_runs, compare_settings, delete_run, eval_view, evaluate_run, exports_view,
-    load_run_settings, metrics_download, overlay_choices, overlay_colors, overlay_labels, refresh_runs,
-    remove_orphan_exports, report_download, resume_training, runs_hint, runs_table, stop_evaluation, stop_push,
-    stop_training,
+    EXPORTS_EMPTY, NO_RUNS, compare_answers, compare_runs, compare_settings, delete_run, eval_view, evaluate_run,
+    exports_view, load_run_settings, metrics_download, overlay_choices, overlay_colors, overlay_labels, picked_answers,
+    refresh_runs, remove_orphan_exports, report_download, resume_training, runs_hint, runs_table, stop_evaluation,
+    stop_push, stop_training,
 )
 from ui.train_form import (
     CLOSE_SETTINGS_JS, UPLOAD_TYPES, fill_preset, hyper_component, make_scanner, preview_dataset, reward_docs,
@@ -251,6 +252,11 @@ def build(ctx: TabContext) -> Tab:
                         exports_md = gr.Markdown(EXPORTS_EMPTY, elem_id="exports-view")
                         orphans_btn = gr.Button("Remove the files from deleted runs", size="sm", variant="stop",
                                                 visible=False, elem_id="orphans-btn")
+            with gr.Accordion("Held-out answers side by side", open=True, elem_id="answers-fold"):
+                answer_pick = gr.Dropdown(label="Held-out prompt", choices=[], visible=False, elem_id="answer-pick",
+                                          info="A prompt none of the runs trained on. Each ticked run's answer "
+                                               "is its last probe's, greedy, scored with its own rewards.")
+                answers = gr.HTML(ANSWERS_EMPTY, elem_id="answers")
 
         # The form by name (RunConfig / DatasetSpec field names), in form_keys order, which is also the order
         # the API takes: handlers get it as keyword arguments and ui.form.form_to_config turns it into a config.
@@ -325,6 +331,10 @@ def build(ctx: TabContext) -> Tab:
         run_select.change(lambda: "latest", None, probe_pick)
         then_hint(refresh_btn.click(refresh_runs, run_select, listed))
         compare.change(compare_settings, compare, compared, show_progress="hidden", api_visibility="private")
+        compare.change(compare_answers, [compare, answer_pick], [answer_pick, answers], show_progress="hidden",
+                       api_visibility="private")
+        answer_pick.input(picked_answers, [compare, answer_pick], answers, show_progress="hidden",
+                          api_visibility="private")
         # The ticked runs' rewards join the curves; a reward curve none of them has goes back to the default (its
         # change then redraws the overlay).
         compare.change(overlay_choices, [compare, compare_curve], compare_curve, show_progress="hidden",

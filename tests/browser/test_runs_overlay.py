@@ -1,5 +1,6 @@
 """The Runs panel's overlay: ticked runs drawn on one chart, for the curve picked (train reward, held-out reward,
-KL, ...); and a picked run's settings loaded back into the Train form."""
+KL, ...), and their answers to a held-out prompt side by side; and a picked run's settings loaded back into the
+Train form."""
 
 import pytest
 from playwright.sync_api import expect
@@ -10,6 +11,9 @@ from pipeline.setup.config import RunConfig
 from .conftest import ARTIFACTS, open_settings
 
 pytestmark = [pytest.mark.browser]
+
+
+BASE_ANSWER = "Drivers will face delays this summer while crews resurface Highway 22 until late August."
 
 
 @pytest.fixture
@@ -23,8 +27,10 @@ def two_runs(studio_data):
         for step in range(1, 5):
             runs.append_jsonl(run_dir / "metrics.jsonl", {"step": step, "reward": gain * step, "kl": 0.01 * step,
                                                            "rewards": {"length_target": {"mean": -10 * gain * step}}})
-        for step in (0, 2, 4):
-            runs.append_jsonl(run_dir / "evals.jsonl", {"step": step, "reward": 10 + gain * step})
+        for step in (0, 2, 4):  # one held-out prompt, whose answer shortens in run b
+            answer = "Crews resurface Highway 22 until late August." if gain > 1 and step else BASE_ANSWER
+            runs.append_jsonl(run_dir / "evals.jsonl", {"step": step, "reward": 10 + gain * step, "samples": [
+                {"prompt": "Road work on Highway 22. TL;DR:", "completion": answer, "total": 10 + gain * step}]})
         runs.write_status(run_dir, "finished", started_at=1.0, ended_at=2.0)
         made.append(run_dir)
     yield made
@@ -60,6 +66,16 @@ def test_ticked_runs_overlay_the_curve_picked_and_a_runs_settings_load_into_the_
     page.locator("#compare-curve").get_by_text("Reward: length_target", exact=True).click()
     expect(overlay).to_contain_text("Reward: length_target by run", timeout=30_000)
     expect(overlay.locator('g[aria-label^="Y-axis"]')).to_contain_text("−100", timeout=10_000)
+
+    # Their answers to the same held-out prompt, side by side: the base answer once, then run b (the higher total)
+    # first, with the words it dropped struck.
+    answers = page.locator("#answers")
+    expect(answers.locator(".gs-answer").first).to_contain_text(f"1. {two_runs[1].name}", timeout=10_000)
+    expect(answers.locator(".gs-answer-base")).to_contain_text(BASE_ANSWER)
+    expect(answers.locator(".gs-answer").first.locator("del").first).to_be_visible()
+    expect(answers.locator(".gs-answer").nth(1)).to_contain_text("the same as its base answer")
+    expect(page.locator("#answer-pick input")).to_have_value("1. Road work on Highway 22. TL;DR:")
+    answers.screenshot(path=str(ARTIFACTS / "runs-answers.png"))
 
     # A run's settings go back into the Train form, to train another like it: its learning rate and step count,
     # with the run name left empty.

@@ -40,3 +40,28 @@ def test_a_two_step_run_probes_steps_0_1_and_2(shared_run, bundled_model_dir):
     base, tok = load_model(str(bundled_model_dir))
     expected = generate_batch(base, tok, [r["prompt"] for r in held_out], max_new_tokens=config["max_completion_length"])
     assert [s["completion"] for s in evals[0]["samples"]] == expected
+
+
+def test_a_real_runs_probes_read_side_by_side_with_another_runs(shared_run, studio_data):
+    """Held-out answers side by side reads what the trainer writes: the shared run beside a run that ended after its
+    base probe (the shared run's own step 0 line) answer the same prompts, from one base answer, the shared run at
+    step 2."""
+    import re
+
+    from ui.runs_panel import compare_answers
+
+    evals = runs.read_evals(shared_run.path)
+    early = runs.new_run_dir("answers-early")
+    try:
+        (early / "config.json").write_bytes(shared_run.created_config)
+        runs.append_jsonl(early / "evals.jsonl", evals[0])
+        picker, text = compare_answers([shared_run.path.name, early.name])
+        assert len(picker.choices) == 2 and "runs)" not in picker.choices[0][0]  # both answered both prompts
+        assert "Base model</b>, step 0" in text and text.count("<div class='gs-probe gs-answer-base'>") == 1
+        steps = dict(re.findall(r"data-run='([^']+)'><div class='gs-probe-scores'><b>\d\. [^<]+</b>, step (\d+)", text))
+        assert steps == {shared_run.path.name: "2", early.name: "0"}, steps
+        assert "no probe since step 0" in text and "of 2</td></tr>" in text
+    finally:
+        import shutil
+
+        shutil.rmtree(early)

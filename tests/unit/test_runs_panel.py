@@ -149,3 +149,65 @@ def test_each_reward_the_ticked_runs_scored_is_a_curve_of_the_overlay(own_data):
     assert overlay_choices([a], "Reward: strict_format").value == "Train reward"  # a has no such reward
     plot, _ = compare_runs([a, b], "Reward: strict_format")
     assert plot.value["data"] == [[1, 0.5, b]], plot.value
+
+
+def _probe(run: str, step: int, answers: dict[str, tuple[str, float]], per_prompt=None) -> None:
+    """One probe line of the run's evals.jsonl: {prompt: (answer, total)}."""
+    from pipeline.run_folder import run_files
+
+    samples = [{"prompt": p, "completion": text, "total": total, "rewards": {"length_target": total - 100}}
+               for p, (text, total) in answers.items()]
+    row = {"step": step, "reward": sum(t for _, t in answers.values()) / len(answers), "samples": samples}
+    if per_prompt is not None:
+        row["task"] = {"kind": "summary", "summary_score": 0.5, "per_prompt": per_prompt}
+    runs.append_jsonl(runs.resolve_run(run) / run_files.EVALS, row)
+
+
+def test_held_out_answers_of_the_ticked_runs_read_side_by_side(own_data):
+    """Held-out answers side by side: the prompts the ticked runs answered (the shared ones first), the base answer
+    once, each run's last probe best first with its new words marked, a summary over the shared prompts, and plain
+    words for too few runs, no probes, and a run that never answered the prompt picked."""
+    import re
+
+    from ui.answers_view import ANSWERS_EMPTY, NO_PROBES, prompt_key
+    from ui.runs_panel import compare_answers, picked_answers
+
+    low, high, other = _run("lr-1e-4", RunConfig()), _run("lr-1e-3", RunConfig()), _run("seed-2", RunConfig(seed=2))
+    base = {"Post A. TL;DR:": ("The council voted to add bike lanes on Main Street next year.", 150.0),
+            "Post B. TL;DR:": ("A long answer about rain.", 120.0)}
+    for run in (low, high):
+        _probe(run, 0, base, per_prompt=[0.5, 0.4])
+    _probe(low, 6, {"Post A. TL;DR:": ("The council voted to add bike lanes.", 190.0),
+                    "Post B. TL;DR:": ("A long answer about rain.", 120.0)}, per_prompt=[0.7, 0.4])
+    _probe(high, 6, {"Post A. TL;DR:": ("Bike lanes on Main Street.", 240.0),
+                     "Post B. TL;DR:": ("Rain all week.", 110.0)}, per_prompt=[0.8, 0.6])
+
+    picker, text = compare_answers([low, high])
+    assert [label for label, _ in picker.choices] == ["1. Post A. TL;DR:", "2. Post B. TL;DR:"]
+    assert picker.value == prompt_key("Post A. TL;DR:") and picker.visible
+    assert text.count("The council voted to add bike lanes on Main Street next year.") == 1  # the base answer, once
+    cards = re.findall(r"data-run='([^']+)'", text)
+    assert cards == [high, low]  # best total on this prompt first
+    assert f"<b>1. {high}</b>, step 6" in text and "total <b>240</b> (+90 vs its base)" in text
+    assert "summary_score 0.8" in text and "<ins>" in text and "<del>" in text
+    # The summary over both prompts: means at step 0 and at the last probe, and on how many each run scored highest.
+    summary = re.findall(r"<tr><td class='gs-answers-run'>(.*?)</td><td>6</td><td>135</td><td><b>(.*?)</b></td>"
+                         r"<td>(\d) of 2</td></tr>", text)
+    assert summary == [(high, "175", "1"), (low, "155", "1")], summary
+
+    text = picked_answers([low, high], prompt_key("Post B. TL;DR:"))
+    assert re.findall(r"data-run='([^']+)'", text) == [low, high]
+    assert "(the same as its base answer)" in text  # low's answer to B did not change
+
+    # A run whose prompts differ: its prompt is offered too, marked with how many runs answered it; the others say
+    # they have no answer to it.
+    _probe(other, 0, {"Post C. TL;DR:": ("Something else.", 90.0)})
+    picker, text = compare_answers([low, high, other], prompt_key("Post B. TL;DR:"))
+    assert picker.value == prompt_key("Post B. TL;DR:")  # kept while the ticked runs still answer it
+    assert picker.choices[-1][0] == "3. Post C. TL;DR: (1 of 3 runs)"
+    assert "answered no held-out prompt in common" in text and f"Not among the held-out prompts of {other}" in text
+    text = picked_answers([low, other], prompt_key("Post C. TL;DR:"))
+    assert "no probe since step 0" in text and f"Not among the held-out prompts of {low}" in text
+
+    assert compare_answers([low])[1] == ANSWERS_EMPTY and not compare_answers([low])[0].visible
+    assert compare_answers([_run("none", RunConfig()), _run("none", RunConfig())])[1] == NO_PROBES
