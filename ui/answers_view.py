@@ -27,7 +27,7 @@ def prompt_key(prompt: str) -> str:
     return hashlib.sha1(prompt.encode()).hexdigest()[:10]
 
 
-def _shared_prompts(evals_by_run: dict[str, list[dict]]) -> list[str]:
+def shared_prompts(evals_by_run: dict[str, list[dict]]) -> list[str]:
     """Every prompt that a ticked run's probes answered, those that most runs answered first, then in the order the
     runs answered them."""
     order: list[str] = []
@@ -54,7 +54,7 @@ def prompt_choices(evals_by_run: dict[str, list[dict]]) -> list[tuple[str, str]]
     """
     runs = len(evals_by_run)
     out = []
-    for i, prompt in enumerate(_shared_prompts(evals_by_run)):
+    for i, prompt in enumerate(shared_prompts(evals_by_run)):
         short = " ".join(prompt.split())
         short = short if len(short) <= 80 else short[:80].rsplit(" ", 1)[0] + " …"
         answered = sum(any(s.get("prompt") == prompt for e in ev for s in e.get("samples") or [])
@@ -100,7 +100,7 @@ def _scores(sample: dict, base: dict | None, row: dict, j: int) -> str:
     return " &nbsp;·&nbsp; ".join(parts + ([task] if task else []))
 
 
-def _common_summary(evals_by_run: dict[str, list[dict]]) -> str:
+def summary_html(evals_by_run: dict[str, list[dict]]) -> str:
     """A row per run over the prompts every ticked run answered: its last probe's step, its mean total there, that
     mean at step 0, and on how many of them it scored highest (ties count for each run that tied)."""
     lasts = {name: evals[-1] for name, evals in evals_by_run.items() if evals}
@@ -138,25 +138,18 @@ def _prompts(n: int) -> str:
     return "held-out prompt" if n == 1 else f"{n} held-out prompts"
 
 
-def answers_html(evals_by_run: dict[str, list[dict]], picked: str | None = None) -> str:
-    """The ticked runs' answers to the picked held-out prompt (prompt_key; the first one when it is none of theirs):
-    the base model's answer, then each run's at its last probe, best total first, its new words marked against
-    the base answer; and over it, how each run did on every prompt they all answered."""
-    if len(evals_by_run) < 2:
-        return ANSWERS_EMPTY
-    prompts = _shared_prompts(evals_by_run)
-    if not prompts:
-        return NO_PROBES
-    prompt = next((p for p in prompts if prompt_key(p) == picked), prompts[0])
+def prompt_answers_html(evals_by_run: dict[str, list[dict]], prompt: str, head: str | None = None) -> str:
+    """The ticked runs' answers to `prompt`: the base model's answer (once, when every run that has one gave the
+    same), then each run's at its last probe, best total first, its new words marked against its base answer.
+    `head`: the line that opens the whole prompt (the Runs panel's default keeps it folded under a summary)."""
     found = {name: (_answer(evals, prompt, True), _answer(evals, prompt, False))
              for name, evals in evals_by_run.items()}
     answered = {name: pair for name, pair in found.items() if pair[0] is not None}
-    # The base model's answer: the step-0 answer, shown once when every run that has one gave the same.
     base_texts = {pair[1][1].get("completion", "") for pair in answered.values() if pair[1][0].get("step") == 0}
     shared_base = next(iter(base_texts)) if len(base_texts) == 1 else None
-    out = [f"<div class='gs-answers' data-prompt='{prompt_key(prompt)}'>", _common_summary(evals_by_run),
-           f"<details class='gs-probe-prompt'><summary>Answers to the prompt picked, best total first (the whole "
-           f"prompt)</summary><div class='gs-text'>{html.escape(prompt)}</div></details>"]
+    head = head or "Answers to the prompt picked, best total first (the whole prompt)"
+    out = [f"<details class='gs-probe-prompt'><summary>{head}</summary><div class='gs-text'>{html.escape(prompt)}"
+           "</div></details>"]
     if shared_base is not None:
         out.append(f"<div class='gs-probe gs-answer-base'><div class='gs-probe-scores'><b>Base model</b>, step 0 "
                    f"(every ticked run's starting answer)</div><div class='gs-probe-text'>"
@@ -185,6 +178,20 @@ def answers_html(evals_by_run: dict[str, list[dict]], picked: str | None = None)
     if missing:
         out.append(f"<div class='gs-answers-note'>Not among the held-out prompts of {html.escape(', '.join(missing))}"
                    " (other prompts or seed, or probes off).</div>")
-    out.append("<div class='gs-probe-legend'>Against the base answer: <ins>new words</ins> <del>removed words</del>"
-               "</div></div>")
     return "".join(out)
+
+
+LEGEND = "<div class='gs-probe-legend'>Against the base answer: <ins>new words</ins> <del>removed words</del></div>"
+
+
+def answers_html(evals_by_run: dict[str, list[dict]], picked: str | None = None) -> str:
+    """The ticked runs' answers to the picked held-out prompt (prompt_key; the first one when it is none of theirs),
+    under a table of how each run did on every prompt they all answered."""
+    if len(evals_by_run) < 2:
+        return ANSWERS_EMPTY
+    prompts = shared_prompts(evals_by_run)
+    if not prompts:
+        return NO_PROBES
+    prompt = next((p for p in prompts if prompt_key(p) == picked), prompts[0])
+    return (f"<div class='gs-answers' data-prompt='{prompt_key(prompt)}'>{summary_html(evals_by_run)}"
+            f"{prompt_answers_html(evals_by_run, prompt)}{LEGEND}</div>")

@@ -149,13 +149,25 @@ def compare_runs(selected: list[str], curve: str | None = charts.DEFAULT_COMPARE
 
 
 def compare_settings(selected: list[str] | None) -> str:
-    """The settings that differ between the ticked runs (ui/compare_view.py), beside the overlay."""
-    paths = {name: p for name in selected or [] if (p := run_path(name))}
-    configs = {name: runs.effective_config(p) for name, p in paths.items()}
-    for name, cfg in configs.items():  # what was steered while it trained (step: setting old→new), as one more row
-        if cfg:
-            cfg[compare_view.STEERED] = steer_view.changes_text(steering.applied_changes(paths[name]))
-    return compare_view.settings_diff_html(configs)
+    """The settings that differ between the ticked runs (ui/compare_view.py), beside the overlay; what was steered
+    while a run trained is one more row."""
+    from ui.comparison_report import run_configs
+
+    return compare_view.settings_diff_html(run_configs({name: p for name in selected or [] if (p := run_path(name))}))
+
+
+def comparison_download(selected: list[str] | None) -> tuple[Any, str]:
+    """The ticked runs compared in one HTML page (ui/comparison_report.py): their rows, the settings they differ
+    in, every curve with a line per run, and their answers to each held-out prompt side by side."""
+    from ui import comparison_report
+
+    paths = [p for name in selected or [] if (p := run_path(name))]
+    problem = comparison_report.problem(paths)
+    if problem:
+        return gr.File(visible=False), problem
+    out = comparison_report.write_comparison(paths)
+    return gr.File(value=str(out), visible=True), (f"✓ {out.name}: {len(paths)} runs on one page with no links out, "
+                                                    "to open in any browser or send to someone.")
 
 
 def compare_answers(selected: list[str] | None, picked: str | None = None) -> tuple[gr.Dropdown, str]:

@@ -25,10 +25,10 @@ from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCE_SHOWN, SOURCES, config_to_form, form_fields, form_keys, reward_rows
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
 from ui.runs_panel import (
-    EXPORTS_EMPTY, NO_RUNS, compare_answers, compare_runs, compare_settings, delete_run, eval_view, evaluate_run,
-    exports_view, load_run_settings, metrics_download, overlay_choices, overlay_colors, overlay_labels, picked_answers,
-    refresh_runs, remove_orphan_exports, report_download, resume_training, runs_hint, runs_table, stop_evaluation,
-    stop_push, stop_training,
+    EXPORTS_EMPTY, NO_RUNS, compare_answers, compare_runs, compare_settings, comparison_download, delete_run,
+    eval_view, evaluate_run, exports_view, load_run_settings, metrics_download, overlay_choices, overlay_colors,
+    overlay_labels, picked_answers, refresh_runs, remove_orphan_exports, report_download, resume_training, runs_hint,
+    runs_table, stop_evaluation, stop_push, stop_training,
 )
 from ui.train_form import (
     CLOSE_SETTINGS_JS, UPLOAD_TYPES, fill_preset, hyper_component, make_scanner, preview_dataset, reward_docs,
@@ -214,6 +214,10 @@ def build(ctx: TabContext) -> Tab:
                                                elem_id="compare-plot", y_title=charts.CHART_Y_TITLES["compare"],
                                                **charts.STEP_CHART)
                     compared = gr.HTML(COMPARE_EMPTY, elem_id="compare-settings")
+                    comparison_btn = gr.Button("Download the comparison (HTML)", size="sm", elem_id="comparison-btn")
+                    comparison_msg = gr.Markdown(elem_id="comparison-msg")
+                    comparison_file = gr.File(label="The ticked runs on one page: curves, settings, held-out answers",
+                                              visible=False, interactive=False, elem_id="comparison-file")
                 with gr.Column():
                     action_run = gr.Dropdown(label="Run", choices=[], elem_id="action-run")
                     with gr.Row():
@@ -353,6 +357,10 @@ def build(ctx: TabContext) -> Tab:
             eval_view, [action_run], eval_box, show_progress="hidden")
         eval_stop_btn.click(stop_evaluation, [action_run, ops], action_msg, api_name="stop_evaluation")
         push_stop_btn.click(stop_push, [action_run, ops], action_msg, api_name="stop_push")
+        comparison_btn.click(comparison_download, compare, [comparison_file, comparison_msg],
+                             api_visibility="private")
+        compare.change(lambda: (gr.File(visible=False), ""), None, [comparison_file, comparison_msg],
+                       show_progress="hidden", api_visibility="private")  # the file shown was of other runs
         metrics_btn.click(metrics_download, action_run, [metrics_file, action_msg], api_visibility="private")
         report_btn.click(report_download, action_run, [report_file, action_msg], api_visibility="private")
         action_run.change(lambda: (gr.File(visible=False),) * 2, None, [metrics_file, report_file],

@@ -12,9 +12,10 @@ from pathlib import Path
 
 # What follows a run's name in the name of a file exported from it (pipeline/export.py): an optional checkpoint
 # step, then the merged model (a zip, or the folder a checkpoint is merged into once), the adapter zip, a GGUF
-# file of any type, the metrics CSV, or the report page (ui/report.py).
-EXPORT_SUFFIX = re.compile(
-    r"(-step\d+)?(-merged\.zip|-adapter\.zip|-merged|-[A-Za-z0-9_]+\.gguf|-metrics\.csv|-report\.html)")
+# file of any type, the metrics CSV, the report page (ui/report.py), or a comparison led by the run
+# (ui/comparison_report.py).
+EXPORT_SUFFIX = re.compile(r"(-step\d+)?(-merged\.zip|-adapter\.zip|-merged|-[A-Za-z0-9_]+\.gguf|-metrics\.csv"
+                           r"|-report\.html|-comparison\.html)")
 
 
 def tree_bytes(path: str | Path) -> int:

@@ -130,3 +130,42 @@ def test_the_command_line_writes_the_same_page_and_refuses_a_folder_that_is_no_r
     assert main(["--run-dir", str(run_dir)]) == 0 and (runs.exports_dir() / f"{run_dir.name}-report.html").exists()
     assert main(["--run-dir", str(tmp_path / "nothing")]) == 2
     assert "is not a run folder" in capsys.readouterr().out
+
+
+def test_ticked_runs_compare_on_one_page_with_one_colour_per_run_and_nothing_from_them_as_markup(own_data, tmp_path):
+    """Download the comparison: an export of the first ticked run, holding each run's row, the settings they differ
+    in, every curve with a line per run in the same colour on every chart, their answers to each held-out prompt;
+    one page with nothing to load or run. The command line writes it for two --run-dir; one run or runs without a
+    step get a plain message."""
+    from ui.charts import SERIES_COLORS
+    from ui.report import main
+    from ui.runs_panel import comparison_download
+
+    first, second = written_run("first"), written_run("second")
+    config = runs.read_json(second / run_files.CONFIG)
+    runs.write_json_atomic(second / run_files.CONFIG, {**config, "learning_rate": 1e-3})
+    file, message = comparison_download([first.name, second.name])
+    path = file.value["path"] if isinstance(file.value, dict) else file.value
+    assert file.visible is True and path.endswith(f"{first.name}-comparison.html") and "2 runs on one page" in message
+    assert [p.name for p in disk.run_exports(first.name, runs.exports_dir())] == [f"{first.name}-comparison.html"]
+    page = open(path, encoding="utf-8").read()
+    assert "2 runs compared" in page and page.count(f"<td class='gs-answers-run'>{second.name}</td>") == 2
+    assert "<b>Settings that differ</b> (1)" in page and "<td>0.0001</td><td>0.001</td>" in page
+    # Curves: train and held-out reward, KL, length, entropy and the reward's mean; each run in one colour on all.
+    assert page.count("<figure>") == 6
+    for name, color in ((first.name, SERIES_COLORS[0]), (second.name, SERIES_COLORS[1])):
+        lines = re.findall(r"<polyline points='[^']*' fill='none' stroke='([^']+)' stroke-width='2'><title>"
+                           + re.escape(name), page)
+        assert lines == [color] * 6, (name, lines)
+    assert "Prompt 1: Summarize this post &lt;script&gt;" in page and "Base model</b>, step 0" in page
+    assert "<script" not in page.lower() and "http" not in page and "OWN-CODE" not in page
+
+    out = tmp_path / "both.html"
+    assert main(["--run-dir", str(first), "--run-dir", str(second), "--out", str(out)]) == 0
+    assert "2 runs compared" in out.read_text(encoding="utf-8")
+    assert comparison_download([first.name])[1] == "Tick two or more runs to compare them in one file."
+    empty = [runs.new_run_dir("empty") for _ in range(2)]
+    for run_dir in empty:
+        runs.write_json_atomic(run_dir / run_files.CONFIG, RunConfig().to_dict())
+    file, message = comparison_download([p.name for p in empty])
+    assert file.visible is False and "None of the ticked runs has a step yet" in message

@@ -25,14 +25,20 @@ def test_the_settings_that_differ_are_listed_one_row_each(own_data):
 
     base = RunConfig()
     other = dataclasses.replace(base, learning_rate=1e-3, seed=2,
-                                rewards=[*base.rewards, RewardSpec("keyword_presence", 0.5, {"pattern": "TL;DR"})])
+                                rewards=[*base.rewards, RewardSpec("keyword_presence", 0.5, {"pattern": "Summary"})])
     a, b = _run("base", base), _run("changed", other)
     shown = compare_settings([a, b])
     assert "Settings that differ</b> (3)" in shown
     assert "<td><code>learning_rate</code></td><td>0.0003</td><td>0.001</td>" in shown
     assert "<td><code>seed</code></td><td>42</td><td>2</td>" in shown
-    assert "<td><code>reward: keyword_presence</code></td><td>off</td><td>×0.5 · pattern=TL;DR</td>" in shown
+    assert "<td><code>reward: keyword_presence</code></td><td>off</td><td>×0.5 · pattern=Summary</td>" in shown
     assert "max_steps" not in shown  # the same in both
+    # A reward's parameters written at their defaults (the form writes them all) read as left out (a run queued from
+    # a terminal): the same reward, no row.
+    bare = dataclasses.replace(base, rewards=[RewardSpec(r.name, r.weight, {}) for r in base.rewards])
+    written = dataclasses.replace(base, rewards=[RewardSpec("length_target", 1.0, {"target": 50, "unit": "chars"}),
+                                                 *base.rewards[1:]])
+    assert "<b>Settings that differ:</b> none." in compare_settings([_run("bare", bare), _run("full", written)])
 
 
 def test_a_steered_run_shows_what_was_steered_beside_its_settings(own_data):

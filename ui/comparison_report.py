@@ -1,0 +1,142 @@
+"""Several runs as one HTML file to keep or send: a row per run (how far it got, its train reward, its held-out
+reward before and after), the settings they differ in, each overlay curve with a line per run (one colour per run on
+every chart), and their answers to every held-out prompt side by side. Self-contained like a run's report
+(ui/report.py: inline SVG and CSS, no script, no link out). Pure functions (pandas, no gradio)."""
+
+from __future__ import annotations
+
+import datetime
+import html
+from pathlib import Path
+
+from pipeline.run_folder import run_files, runs
+from pipeline.setup import steering
+from ui import answers_view, charts, compare_view, html_page, probes_view, steer_view, views
+from ui.html_page import line_chart_svg
+
+# What names the file in the exports folder, after the first run's name: it goes with that run's exports.
+SUFFIX = "-comparison.html"
+
+
+def without_default_params(config: dict) -> dict:
+    """The config with each reward's parameters that are at their defaults left out: a run queued from a terminal
+    (rewards without parameters) and one started from the form (every parameter written) read the same when they
+    score the same.
+
+    >>> without_default_params({"rewards": [{"name": "length_target", "params": {"target": 80, "unit": "chars"}}]})
+    {'rewards': [{'name': 'length_target', 'params': {'target': 80}}]}
+    """
+    from pipeline.rewards import reward_registry
+
+    defaults = {d["name"]: {k: p["default"] for k, p in d["params"].items()} for d in reward_registry.describe()}
+    rewards = [{**spec, "params": {k: v for k, v in (spec.get("params") or {}).items()
+                                   if k not in defaults[spec["name"]] or v != defaults[spec["name"]][k]}}
+               if isinstance(spec, dict) and spec.get("name") in defaults else spec
+               for spec in config.get("rewards") or []]
+    return {**config, "rewards": rewards} if "rewards" in config else config
+
+
+def run_configs(paths: dict[str, Path]) -> dict[str, dict]:
+    """Each run's settings as it trained them (config.json and the launches' overrides; a reward's parameters at their
+    defaults left out), with what was steered while it trained as one more setting ("step: setting old→new"),
+    for compare_view.settings_diff_html."""
+    configs = {name: without_default_params(runs.effective_config(path)) for name, path in paths.items()}
+    for name, cfg in configs.items():
+        if cfg:
+            cfg[compare_view.STEERED] = steer_view.changes_text(steering.applied_changes(paths[name]))
+    return configs
+
+
+def _reward_names(configs: dict[str, dict]) -> list[str]:
+    names: list[str] = []
+    for cfg in configs.values():
+        for reward in cfg.get("rewards") or []:
+            if isinstance(reward, dict) and reward.get("name") and str(reward["name"]) not in names:
+                names.append(str(reward["name"]))
+    return names
+
+
+def curves_html(metrics: dict[str, list[dict]], evals: dict[str, list[dict]], rewards: list[str]) -> str:
+    """Every overlay curve the runs logged (train and held-out reward, KL, length, entropy, each reward's mean), a
+    line per run, in the same colour on every chart."""
+    colors = {name: charts.SERIES_COLORS[i % len(charts.SERIES_COLORS)] for i, name in enumerate(metrics)}
+    steps = [r["step"] for rows in (*metrics.values(), *evals.values()) for r in rows
+             if isinstance(r.get("step"), int)]
+    last = max(steps or [1])
+    figures = []
+    for curve in charts.compare_choices(rewards):
+        reward = curve.removeprefix(charts.REWARD_CURVE) if curve.startswith(charts.REWARD_CURVE) else None
+        source, key, y_title = charts.COMPARE_CURVES.get(curve, ("metrics", "rewards", "reward (mean)"))
+        frame = charts.compare_frame(evals if source == "evals" else metrics, key, reward)
+        if frame is None or frame.empty:
+            continue
+        svg = line_chart_svg(frame, y_title, last, colors=colors)
+        figures.append(f"<figure><figcaption>{html.escape(charts.compare_title(curve))}</figcaption>{svg}</figure>")
+    if not figures:
+        return "<p>None of these runs has logged a step yet.</p>"
+    return f"<div class='gs-report-charts'>{''.join(figures)}</div>"
+
+
+def runs_rows_html(paths: dict[str, Path]) -> str:
+    """A row per run, as the Runs table has it: state, steps, last train reward, held-out before → after, time."""
+    rows = []
+    for name, path in paths.items():
+        row = runs.run_summary(path)
+        final = row.get("final_reward")
+        took = views.fmt_seconds(row["duration_s"]) if row.get("duration_s") is not None else ""
+        cells = [row.get("state") or "", f"{row.get('step') or 0} / {row.get('max_steps') or '?'}",
+                 probes_view.fmt_score(final) if final is not None else "",
+                 probes_view.held_out_text(runs.read_evals(path)), took]
+        rows.append(f"<tr><td class='gs-answers-run'>{html.escape(name)}</td>"
+                    + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    return ("<table class='gs-outcome-table gs-answers-summary'><tr><th>run</th><th>state</th><th>step</th>"
+            f"<th>train reward</th><th>held-out</th><th>time</th></tr>{''.join(rows)}</table>")
+
+
+def comparison_html(run_dirs: list[str | Path], now: datetime.datetime | None = None) -> str:
+    """The comparison of the runs in `run_dirs` (two or more), as their files stand on disk now."""
+    paths = {Path(p).name: Path(p) for p in run_dirs}
+    configs = run_configs(paths)
+    metrics = {name: runs.read_metrics(path) for name, path in paths.items()}
+    evals = {name: runs.read_evals(path) for name, path in paths.items()}
+    title = f"{len(paths)} runs compared"
+    sections = [f"<h1>{html.escape(title)}</h1>", runs_rows_html(paths),
+                compare_view.settings_diff_html(configs),
+                "<h2>Curves</h2>", curves_html(metrics, evals, _reward_names(configs)),
+                "<h2>Held-out answers side by side</h2>"]
+    prompts = answers_view.shared_prompts(evals)
+    if prompts:
+        sections.append(answers_view.summary_html(evals))
+        for i, prompt in enumerate(prompts, 1):
+            first = " ".join(prompt.split())
+            first = first if len(first) <= 90 else first[:90].rsplit(" ", 1)[0] + " …"
+            sections.append(f"<h3>Prompt {i}: {html.escape(first)}</h3>" + answers_view.prompt_answers_html(
+                evals, prompt, head="The whole prompt"))
+        sections.append(answers_view.LEGEND)
+    else:
+        sections.append("<p>None of these runs has answered a held-out prompt (probes off, or no probe yet).</p>")
+    stamp = (now or datetime.datetime.now()).strftime("%Y-%m-%d %H:%M")
+    sections.append(f"<footer>Written by GRPO Studio on {stamp} from the files in the runs' folders: "
+                    f"{html.escape(', '.join(paths))}. Each run's own report has its groups and every setting."
+                    "</footer>")
+    return html_page.page(f"{title} · GRPO Studio", sections)
+
+
+def write_comparison(run_dirs: list[str | Path], out: str | Path | None = None) -> Path:
+    """The comparison written to `out`, by default to the exports folder as `<first run>-comparison.html` (an
+    export of the first run: it goes with that run when the run is deleted with its exports)."""
+    return html_page.write(comparison_html(run_dirs), out or runs.exports_dir() / f"{Path(run_dirs[0]).name}{SUFFIX}")
+
+
+def problem(run_dirs: list[Path]) -> str | None:
+    """Why these runs can't be compared in a file, or None.
+
+    >>> problem([Path("a")])
+    'Tick two or more runs to compare them in one file.'
+    """
+    if len(run_dirs) < 2:
+        return "Tick two or more runs to compare them in one file."
+    empty = [p.name for p in run_dirs if not (p / run_files.METRICS).exists() and not (p / run_files.EVALS).exists()]
+    if len(empty) == len(run_dirs):
+        return "None of the ticked runs has a step yet: a comparison can be made after their first steps."
+    return None
