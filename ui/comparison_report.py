@@ -77,20 +77,48 @@ def curves_html(metrics: dict[str, list[dict]], evals: dict[str, list[dict]], re
     return f"<div class='gs-report-charts'>{''.join(figures)}</div>"
 
 
+def evaluation_text(result, stale: bool = False) -> str:
+    """A run's last *Evaluate base vs tuned* (eval.json) in one cell: mean total base → tuned, on how many prompts,
+    the gap closed and the interval of the mean gain; empty without one, marked when the run trained after it.
+
+    >>> evaluation_text({"n": 16, "base": {"reward_mean": 172.9}, "tuned": {"reward_mean": 254.3},
+    ...                  "gap_closed": 0.64, "paired": {"mean": 81.4, "low": 44.0, "high": 116.0, "level": 0.9}})
+    '172.9 → 254.3 on 16 prompts, gap closed 64%, gain 90% interval +44 to +116'
+    >>> evaluation_text(None), evaluation_text({"n": 4}, stale=True)
+    ('', '')
+    """
+    try:
+        text = (f"{result['base']['reward_mean']:.4g} → {result['tuned']['reward_mean']:.4g} on {result['n']} "
+                "prompts")
+    except (KeyError, TypeError, ValueError):
+        return ""
+    if isinstance(result.get("gap_closed"), (int, float)):
+        text += f", gap closed {result['gap_closed']:.0%}"
+    gain = result.get("paired") or {}
+    if isinstance(gain.get("low"), (int, float)) and isinstance(gain.get("high"), (int, float)):
+        text += f", gain {gain.get('level', 0.9):.0%} interval {gain['low']:+.3g} to {gain['high']:+.3g}"
+    return text + (" (trained further since)" if stale else "")
+
+
 def runs_rows_html(paths: dict[str, Path]) -> str:
-    """A row per run, as the Runs table has it: state, steps, last train reward, held-out before → after, time."""
-    rows = []
+    """A row per run, as the Runs table has it (state, steps, last train reward, held-out probes before → after,
+    time), and its last evaluation on every held-out prompt where it has one."""
+    rows, evaluated = [], False
     for name, path in paths.items():
         row = runs.run_summary(path)
         final = row.get("final_reward")
         took = views.fmt_seconds(row["duration_s"]) if row.get("duration_s") is not None else ""
+        evaluation = evaluation_text(runs.read_json(path / run_files.EVAL_RESULT), runs.trained_since_evaluation(path))
+        evaluated = evaluated or bool(evaluation)
         cells = [row.get("state") or "", f"{row.get('step') or 0} / {row.get('max_steps') or '?'}",
                  probes_view.fmt_score(final) if final is not None else "",
-                 probes_view.held_out_text(runs.read_evals(path)), took]
-        rows.append(f"<tr><td class='gs-answers-run'>{html.escape(name)}</td>"
-                    + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
-    return ("<table class='gs-outcome-table gs-answers-summary'><tr><th>run</th><th>state</th><th>step</th>"
-            f"<th>train reward</th><th>held-out</th><th>time</th></tr>{''.join(rows)}</table>")
+                 probes_view.held_out_text(runs.read_evals(path)), took, evaluation]
+        rows.append([f"<td class='gs-answers-run'>{html.escape(name)}</td>",
+                     *(f"<td>{html.escape(str(c))}</td>" for c in cells)])
+    heads = ["run", "state", "step", "train reward", "held-out probes", "time", "evaluated, base → tuned"]
+    keep = len(heads) if evaluated else len(heads) - 1  # the evaluation column only when some run has one
+    return ("<table class='gs-outcome-table gs-answers-summary'><tr>" + "".join(f"<th>{h}</th>" for h in heads[:keep])
+            + "</tr>" + "".join(f"<tr>{''.join(r[:keep])}</tr>" for r in rows) + "</table>")
 
 
 def comparison_html(run_dirs: list[str | Path], now: datetime.datetime | None = None) -> str:

@@ -144,12 +144,16 @@ def test_ticked_runs_compare_on_one_page_with_one_colour_per_run_and_nothing_fro
     first, second = written_run("first"), written_run("second")
     config = runs.read_json(second / run_files.CONFIG)
     runs.write_json_atomic(second / run_files.CONFIG, {**config, "learning_rate": 1e-3})
+    runs.write_json_atomic(first / run_files.EVAL_RESULT, {
+        "n": 16, "base": {"reward_mean": 7.0, "rewards": {}}, "tuned": {"reward_mean": 9.5, "rewards": {}},
+        "delta": 2.5, "gap_closed": 0.25, "paired": {"mean": 2.5, "low": 1.0, "high": 4.0, "level": 0.9}})
     file, message = comparison_download([first.name, second.name])
     path = file.value["path"] if isinstance(file.value, dict) else file.value
     assert file.visible is True and path.endswith(f"{first.name}-comparison.html") and "2 runs on one page" in message
     assert [p.name for p in disk.run_exports(first.name, runs.exports_dir())] == [f"{first.name}-comparison.html"]
     page = open(path, encoding="utf-8").read()
     assert "2 runs compared" in page and page.count(f"<td class='gs-answers-run'>{second.name}</td>") == 2
+    assert "<td>7 → 9.5 on 16 prompts, gap closed 25%, gain 90% interval +1 to +4</td>" in page  # its evaluation
     assert "<b>Settings that differ</b> (1)" in page and "<td>0.0001</td><td>0.001</td>" in page
     # Curves: train and held-out reward, KL, length, entropy and the reward's mean; each run in one colour on all.
     assert page.count("<figure>") == 6
