@@ -18,6 +18,35 @@ NO_PROBES = ("<div class='gs-empty'>None of the ticked runs has answered a held-
              "none.</div>")
 
 
+# Where the answers come from: each run's last probe (a few held-out prompts, written as it trained), or its last
+# Evaluate base vs tuned (every held-out prompt it was asked, once it has been evaluated).
+PROBES, EVALUATION = "Last probe", "Evaluation"
+ANSWER_SOURCES = {PROBES: "a few held-out prompts, answered as it trained",
+           EVALUATION: "every held-out prompt of its last Evaluate base vs tuned"}
+
+
+def evaluation_rows(result, step: int) -> list[dict]:
+    """A run's eval.json as two probe-like rows, the base model's answers at step 0 and the tuned model's at `step`
+    (the run's last step), each with its totals and task metric; none for a result without answers.
+
+    >>> rows = evaluation_rows({"samples": [{"prompt": "P", "base": "long", "tuned": "short", "base_total": 1.0,
+    ...                                      "tuned_total": 2.0}], "tuned": {"task": {"kind": "summary"}}}, 11)
+    >>> [(r["step"], r["samples"][0]["completion"], r["samples"][0]["total"]) for r in rows], rows[1]["task"]
+    ([(0, 'long', 1.0), (11, 'short', 2.0)], {'kind': 'summary'})
+    >>> evaluation_rows(None, 3), evaluation_rows({"samples": "torn"}, 3)
+    ([], [])
+    """
+    samples = result.get("samples") if isinstance(result, dict) else None
+    if not isinstance(samples, list) or not all(isinstance(s, dict) for s in samples):
+        return []
+    rows = []
+    for side, at in (("base", 0), ("tuned", step)):
+        rows.append({"step": at, "task": (result.get(side) or {}).get("task"),
+                     "samples": [{"prompt": s.get("prompt", ""), "completion": s.get(side, ""),
+                                  "total": s.get(f"{side}_total")} for s in samples]})
+    return rows
+
+
 def prompt_key(prompt: str) -> str:
     """A short, stable id for a prompt's text (the picker's value).
 
@@ -100,7 +129,7 @@ def _scores(sample: dict, base: dict | None, row: dict, j: int) -> str:
     return " &nbsp;·&nbsp; ".join(parts + ([task] if task else []))
 
 
-def summary_html(evals_by_run: dict[str, list[dict]]) -> str:
+def summary_html(evals_by_run: dict[str, list[dict]], source: str = PROBES) -> str:
     """A row per run over the prompts every ticked run answered: its last probe's step, its mean total there, that
     mean at step 0, and on how many of them it scored highest (ties count for each run that tied)."""
     lasts = {name: evals[-1] for name, evals in evals_by_run.items() if evals}
@@ -128,10 +157,11 @@ def summary_html(evals_by_run: dict[str, list[dict]]) -> str:
         wins = sum(totals[name][p] >= best[p] - 1e-9 for p in common)
         rows.append(f"<tr><td class='gs-answers-run'>{html.escape(name)}</td><td>{lasts[name]['step']}</td>"
                     f"<td>{base}</td><td><b>{fmt_score(mean)}</b></td><td>{wins} of {len(common)}</td></tr>")
-    return (f"<table class='gs-outcome-table gs-answers-summary'><tr><th>run</th><th>last probe step</th>"
-            f"<th>mean total, step 0</th><th>mean total, last probe</th><th>highest on</th></tr>{''.join(rows)}"
-            f"</table><div class='gs-answers-note'>Over the {_prompts(len(common))} every ticked run answered; each run's "
-            "answers are greedy, at its last probe.</div>")
+    at, how = ("last probe", "at its last probe") if source == PROBES else ("evaluated", "from its last evaluation")
+    return (f"<table class='gs-outcome-table gs-answers-summary'><tr><th>run</th><th>{at} step</th>"
+            f"<th>mean total, step 0</th><th>mean total, {at}</th><th>highest on</th></tr>{''.join(rows)}"
+            f"</table><div class='gs-answers-note'>Over the {_prompts(len(common))} every ticked run answered; each "
+            f"run's answers are greedy, {how}.</div>")
 
 
 def _prompts(n: int) -> str:
@@ -184,7 +214,7 @@ def prompt_answers_html(evals_by_run: dict[str, list[dict]], prompt: str, head: 
 LEGEND = "<div class='gs-probe-legend'>Against the base answer: <ins>new words</ins> <del>removed words</del></div>"
 
 
-def answers_html(evals_by_run: dict[str, list[dict]], picked: str | None = None) -> str:
+def answers_html(evals_by_run: dict[str, list[dict]], picked: str | None = None, source: str = PROBES) -> str:
     """The ticked runs' answers to the picked held-out prompt (prompt_key; the first one when it is none of theirs),
     under a table of how each run did on every prompt they all answered."""
     if len(evals_by_run) < 2:
@@ -193,5 +223,5 @@ def answers_html(evals_by_run: dict[str, list[dict]], picked: str | None = None)
     if not prompts:
         return NO_PROBES
     prompt = next((p for p in prompts if prompt_key(p) == picked), prompts[0])
-    return (f"<div class='gs-answers' data-prompt='{prompt_key(prompt)}'>{summary_html(evals_by_run)}"
+    return (f"<div class='gs-answers' data-prompt='{prompt_key(prompt)}'>{summary_html(evals_by_run, source)}"
             f"{prompt_answers_html(evals_by_run, prompt)}{LEGEND}</div>")

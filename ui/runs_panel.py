@@ -4,6 +4,7 @@ form and the live view share."""
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 from typing import Any
@@ -170,20 +171,40 @@ def comparison_download(selected: list[str] | None) -> tuple[Any, str]:
                                                     "to open in any browser or send to someone.")
 
 
-def compare_answers(selected: list[str] | None, picked: str | None = None) -> tuple[gr.Dropdown, str]:
-    """The ticked runs' held-out answers side by side (ui/answers_view.py): the prompt picker's choices, keeping the
-    prompt picked while the new ticks still answered it, and the answers to it."""
-    evals = {name: runs.read_evals(p) for name in selected or [] if (p := run_path(name))}
+def answer_rows(path: Path, source: str) -> list[dict] | None:
+    """A run's answers for the side-by-side view: its probes, or its last evaluation as probe-like rows (None when
+    it has not been evaluated)."""
+    if source != answers_view.EVALUATION:
+        return runs.read_evals(path)
+    steps = [r["step"] for r in runs.read_metrics(path) if isinstance(r.get("step"), int)]
+    rows = answers_view.evaluation_rows(runs.read_json(path / run_files.EVAL_RESULT), max(steps or [0]))
+    return rows or None
+
+
+def compare_answers(selected: list[str] | None, picked: str | None = None,
+                    source: str | None = answers_view.PROBES) -> tuple[gr.Dropdown, str]:
+    """The ticked runs' held-out answers side by side (ui/answers_view.py), from their last probes or their last
+    evaluations: the prompt picker's choices, keeping the prompt picked while the new ticks still answered it, and
+    the answers to it. Runs not evaluated yet are named, not compared."""
+    found = {name: answer_rows(p, source or answers_view.PROBES) for name in selected or [] if (p := run_path(name))}
+    evals = {name: rows for name, rows in found.items() if rows is not None}
+    missing = [name for name, rows in found.items() if rows is None]
     choices = answers_view.prompt_choices(evals) if len(evals) >= 2 else []
     values = [value for _, value in choices]
     value = picked if picked in values else (values[0] if values else None)
-    return (gr.Dropdown(choices=choices, value=value, visible=bool(choices)),
-            answers_view.answers_html(evals, value))
+    note = ("<div class='gs-answers-note'>Not evaluated yet, so not compared here: "
+            f"{html.escape(', '.join(missing))}. Pick it under Run and press <b>Evaluate base vs tuned</b>.</div>"
+            if missing and len(found) >= 2 else "")
+    shown = answers_view.answers_html(evals, value, source or answers_view.PROBES)
+    if len(found) >= 2 and len(evals) < 2:  # ticked enough, but too few evaluated
+        shown = ("<div class='gs-empty'>Evaluate at least two of the ticked runs to compare their answers to every "
+                 "held-out prompt, or read their last probes' answers.</div>")
+    return gr.Dropdown(choices=choices, value=value, visible=bool(choices)), note + shown
 
 
-def picked_answers(selected: list[str] | None, picked: str | None) -> str:
+def picked_answers(selected: list[str] | None, picked: str | None, source: str | None = answers_view.PROBES) -> str:
     """The answers to another held-out prompt, for the same ticked runs."""
-    return compare_answers(selected, picked)[1]
+    return compare_answers(selected, picked, source)[1]
 
 
 def report_download(run_name: str | None) -> tuple[Any, str]:

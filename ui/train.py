@@ -19,7 +19,7 @@ from pipeline.models.loading import catalog_choices, gpu_count
 from pipeline.training.preflight import SCAN_PROMPTS
 from pipeline.setup.presets import PRESETS
 from ui import charts, probes_view, steer_panel, token_views, views, watch
-from ui.answers_view import ANSWERS_EMPTY
+from ui.answers_view import ANSWER_SOURCES, ANSWERS_EMPTY, EVALUATION, PROBES
 from ui.compare_view import COMPARE_EMPTY
 from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCE_SHOWN, SOURCES, config_to_form, form_fields, form_keys, reward_rows
@@ -257,9 +257,13 @@ def build(ctx: TabContext) -> Tab:
                         orphans_btn = gr.Button("Remove the files from deleted runs", size="sm", variant="stop",
                                                 visible=False, elem_id="orphans-btn")
             with gr.Accordion("Held-out answers side by side", open=True, elem_id="answers-fold"):
+                answer_source = gr.Radio(list(ANSWER_SOURCES), value=PROBES, label="Answers from",
+                                         info=f"{PROBES}: {ANSWER_SOURCES[PROBES]}. {EVALUATION}: "
+                                              f"{ANSWER_SOURCES[EVALUATION]}, for runs evaluated.",
+                                         elem_id="answer-source")
                 answer_pick = gr.Dropdown(label="Held-out prompt", choices=[], visible=False, elem_id="answer-pick",
-                                          info="A prompt none of the runs trained on. Each ticked run's answer "
-                                               "is its last probe's, greedy, scored with its own rewards.")
+                                          info="A prompt none of the runs trained on, answered greedily and "
+                                               "scored with each run's own rewards.")
                 answers = gr.HTML(ANSWERS_EMPTY, elem_id="answers")
 
         # The form by name (RunConfig / DatasetSpec field names), in form_keys order, which is also the order
@@ -335,9 +339,10 @@ def build(ctx: TabContext) -> Tab:
         run_select.change(lambda: "latest", None, probe_pick)
         then_hint(refresh_btn.click(refresh_runs, run_select, listed))
         compare.change(compare_settings, compare, compared, show_progress="hidden", api_visibility="private")
-        compare.change(compare_answers, [compare, answer_pick], [answer_pick, answers], show_progress="hidden",
-                       api_visibility="private")
-        answer_pick.input(picked_answers, [compare, answer_pick], answers, show_progress="hidden",
+        for changed in (compare.change, answer_source.change):
+            changed(compare_answers, [compare, answer_pick, answer_source], [answer_pick, answers],
+                    show_progress="hidden", api_visibility="private")
+        answer_pick.input(picked_answers, [compare, answer_pick, answer_source], answers, show_progress="hidden",
                           api_visibility="private")
         # The ticked runs' rewards join the curves; a reward curve none of them has goes back to the default (its
         # change then redraws the overlay).

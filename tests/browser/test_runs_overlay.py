@@ -76,6 +76,9 @@ def test_ticked_runs_overlay_the_curve_picked_and_a_runs_settings_load_into_the_
     expect(answers.locator(".gs-answer").nth(1)).to_contain_text("the same as its base answer")
     expect(page.locator("#answer-pick input")).to_have_value("1. Road work on Highway 22. TL;DR:")
     answers.screenshot(path=str(ARTIFACTS / "runs-answers.png"))
+    # From their evaluations instead: neither run has been evaluated, and the view says what to do.
+    page.locator("#answer-source").get_by_text("Evaluation", exact=True).click()
+    expect(answers).to_contain_text("Evaluate at least two of the ticked runs", timeout=10_000)
     # All of it on one page to keep: an export of the first run ticked.
     page.locator("#comparison-btn").click()
     expect(page.locator("#comparison-msg")).to_contain_text("2 runs on one page", timeout=30_000)

@@ -217,3 +217,32 @@ def test_held_out_answers_of_the_ticked_runs_read_side_by_side(own_data):
 
     assert compare_answers([low])[1] == ANSWERS_EMPTY and not compare_answers([low])[0].visible
     assert compare_answers([_run("none", RunConfig()), _run("none", RunConfig())])[1] == NO_PROBES
+
+
+def test_answers_side_by_side_from_each_runs_evaluation_and_a_run_not_evaluated_is_named(own_data):
+    """Answers from: Evaluation puts the ticked runs' last Evaluate base vs tuned answers side by side (every
+    held-out prompt they were asked), the tuned answer at the run's last step; a run not evaluated yet is named
+    with what to press, and the rest are still compared."""
+    import re
+
+    from pipeline.run_folder import run_files
+    from ui.answers_view import EVALUATION
+    from ui.runs_panel import compare_answers
+
+    names = [_run(label, RunConfig()) for label in ("lr-1e-4", "lr-1e-3", "not-evaluated")]
+    for name, tuned in zip(names[:2], ("Bike lanes on Main Street.", "Main Street gets bike lanes next year.")):
+        run_dir = runs.resolve_run(name)
+        runs.append_jsonl(run_dir / run_files.METRICS, {"step": 11, "reward": 1.0})
+        samples = [{"prompt": f"Post {i}. TL;DR:", "base": "A long base answer.", "tuned": tuned if i == 1 else "Same.",
+                    "base_total": 100.0, "tuned_total": 150.0 + len(tuned) * (i == 1)} for i in range(1, 7)]
+        runs.write_json_atomic(run_dir / run_files.EVAL_RESULT, {"n": 6, "samples": samples, "base": {}, "tuned": {}})
+    picker, text = compare_answers(names, None, EVALUATION)
+    assert len(picker.choices) == 6  # every prompt the evaluations answered, not a probe's few
+    assert re.findall(r"data-run='([^']+)'", text) == [names[1], names[0]]  # the higher total first
+    assert f"<b>1. {names[1]}</b>, step 11" in text and "evaluated step" in text and "from its last evaluation" in text
+    assert f"Not evaluated yet, so not compared here: {names[2]}" in text
+    assert "Evaluate base vs tuned" in text
+    text = compare_answers([names[0], names[2]], None, EVALUATION)[1]
+    assert "Evaluate at least two of the ticked runs" in text and f"not compared here: {names[2]}" in text
+    # The probes as before: none here, so the view says so.
+    assert "None of the ticked runs has answered a held-out prompt yet" in compare_answers(names)[1]
