@@ -1,6 +1,7 @@
 """The Runs panel's held-out answers side by side: for the ticked runs, one held-out prompt's answer from each run's
-last probe, best scored first, marked against the base model's answer, and a table of how each run did on the
-prompts they all answered. Pure functions over each run's evals.jsonl rows (no gradio), tested directly."""
+last probe (or its last evaluation), best scored first, marked against the base model's answer, and a table of how
+each run did on the prompts they all answered. Pure functions over each run's evals.jsonl rows, or eval.json made
+into rows like them (no gradio), tested directly."""
 
 from __future__ import annotations
 

@@ -195,6 +195,10 @@ def compare_answers(selected: list[str] | None, picked: str | None = None,
     note = ("<div class='gs-answers-note'>Not evaluated yet, so not compared here: "
             f"{html.escape(', '.join(missing))}. Pick it under Run and press <b>Evaluate base vs tuned</b>.</div>"
             if missing and len(found) >= 2 else "")
+    if source == answers_view.EVALUATION:  # an evaluation from before a resume answered for the model before
+        stale = [name for name in evals if (p := run_path(name)) and runs.trained_since_evaluation(p)]
+        note += ("<div class='gs-answers-note'>Trained further after its last evaluation, so its answers here are "
+                 f"the model's before that: {html.escape(', '.join(stale))}.</div>" if stale else "")
     shown = answers_view.answers_html(evals, value, source or answers_view.PROBES)
     if len(found) >= 2 and len(evals) < 2:  # ticked enough, but too few evaluated
         shown = ("<div class='gs-empty'>Evaluate at least two of the ticked runs to compare their answers to every "

@@ -224,6 +224,7 @@ def test_answers_side_by_side_from_each_runs_evaluation_and_a_run_not_evaluated_
     held-out prompt they were asked), the tuned answer at the run's last step; a run not evaluated yet is named
     with what to press, and the rest are still compared."""
     import re
+    import time
 
     from pipeline.run_folder import run_files
     from ui.answers_view import EVALUATION
@@ -241,7 +242,10 @@ def test_answers_side_by_side_from_each_runs_evaluation_and_a_run_not_evaluated_
     assert re.findall(r"data-run='([^']+)'", text) == [names[1], names[0]]  # the higher total first
     assert f"<b>1. {names[1]}</b>, step 11" in text and "evaluated step" in text and "from its last evaluation" in text
     assert f"Not evaluated yet, so not compared here: {names[2]}" in text
-    assert "Evaluate base vs tuned" in text
+    assert "Evaluate base vs tuned" in text and "Trained further after its last evaluation" not in text
+    runs.write_status(runs.resolve_run(names[0]), "finished", ended_at=time.time() + 60)  # a resume ended after it
+    assert f"so its answers here are the model's before that: {names[0]}." in compare_answers(names, None,
+                                                                                              EVALUATION)[1]
     text = compare_answers([names[0], names[2]], None, EVALUATION)[1]
     assert "Evaluate at least two of the ticked runs" in text and f"not compared here: {names[2]}" in text
     # The probes as before: none here, so the view says so.
