@@ -23,7 +23,7 @@ NO_PROBES = ("<div class='gs-empty'>None of the ticked runs has answered a held-
 # Evaluate base vs tuned (every held-out prompt it was asked, once it has been evaluated).
 PROBES, EVALUATION = "Last probe", "Evaluation"
 ANSWER_SOURCES = {PROBES: "a few held-out prompts, answered as it trained",
-           EVALUATION: "every held-out prompt of its last Evaluate base vs tuned"}
+                  EVALUATION: "every held-out prompt of its last Evaluate base vs tuned"}
 
 
 def evaluation_rows(result, step: int) -> list[dict]:
@@ -57,20 +57,30 @@ def prompt_key(prompt: str) -> str:
     return hashlib.sha1(prompt.encode()).hexdigest()[:10]
 
 
-def shared_prompts(evals_by_run: dict[str, list[dict]]) -> list[str]:
-    """Every prompt that a ticked run's probes answered, those that most runs answered first, then in the order the
-    runs answered them."""
-    order: list[str] = []
+def _prompt_counts(evals_by_run: dict[str, list[dict]]) -> dict[str, int]:
+    """Every prompt a ticked run answered, with how many runs answered it, in the order the runs answered them."""
     count: dict[str, int] = {}
     for evals in evals_by_run.values():
-        seen = {s.get("prompt", "") for e in evals for s in e.get("samples") or []}
-        for prompt in [s.get("prompt", "") for e in evals for s in e.get("samples") or []]:
-            if prompt not in count:
-                order.append(prompt)
-                count[prompt] = 0
-        for prompt in seen:
-            count[prompt] += 1
-    return sorted(order, key=lambda p: -count[p])  # sorted() keeps the order among equal counts
+        for prompt in dict.fromkeys(s.get("prompt", "") for e in evals for s in e.get("samples") or []):
+            count[prompt] = count.get(prompt, 0) + 1
+    return count
+
+
+def shared_prompts(evals_by_run: dict[str, list[dict]]) -> list[str]:
+    """Every prompt that a ticked run answered, those that most runs answered first, then in the order the runs
+    answered them."""
+    count = _prompt_counts(evals_by_run)
+    return sorted(count, key=lambda p: -count[p])  # sorted() keeps the order among equal counts
+
+
+def short_prompt(prompt: str, width: int = 80) -> str:
+    """A prompt's first words on one line, cut at a word within `width` characters.
+
+    >>> short_prompt("Bike lanes\\nopen  today."), short_prompt("one two three", 8)
+    ('Bike lanes open today.', 'one two …')
+    """
+    text = " ".join(prompt.split())
+    return text if len(text) <= width else text[:width].rsplit(" ", 1)[0] + " …"
 
 
 def prompt_choices(evals_by_run: dict[str, list[dict]]) -> list[tuple[str, str]]:
@@ -82,16 +92,9 @@ def prompt_choices(evals_by_run: dict[str, list[dict]]) -> list[tuple[str, str]]
     >>> [label for label, _ in prompt_choices(evals)]
     ['1. Bike lanes open on Main Street. TL;DR:', '2. A short one (1 of 2 runs)']
     """
-    runs = len(evals_by_run)
-    out = []
-    for i, prompt in enumerate(shared_prompts(evals_by_run)):
-        short = " ".join(prompt.split())
-        short = short if len(short) <= 80 else short[:80].rsplit(" ", 1)[0] + " …"
-        answered = sum(any(s.get("prompt") == prompt for e in ev for s in e.get("samples") or [])
-                       for ev in evals_by_run.values())
-        also = f" ({answered} of {runs} runs)" if answered < runs else ""
-        out.append((f"{i + 1}. {short}{also}", prompt_key(prompt)))
-    return out
+    count, runs = _prompt_counts(evals_by_run), len(evals_by_run)
+    return [(f"{i}. {short_prompt(prompt)}" + (f" ({count[prompt]} of {runs} runs)" if count[prompt] < runs else ""),
+             prompt_key(prompt)) for i, prompt in enumerate(shared_prompts(evals_by_run), 1)]
 
 
 def _answer(evals: list[dict], prompt: str, last: bool) -> tuple[dict, dict, int] | None:

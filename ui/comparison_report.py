@@ -47,10 +47,11 @@ def run_configs(paths: dict[str, Path]) -> dict[str, dict]:
     return configs
 
 
-def _reward_names(configs: dict[str, dict]) -> list[str]:
+def reward_names(configs: dict[str, dict | None]) -> list[str]:
+    """Each reward any of the runs scores (config.json's rewards, weight 0 included), once, in the order met."""
     names: list[str] = []
     for cfg in configs.values():
-        for reward in cfg.get("rewards") or []:
+        for reward in (cfg or {}).get("rewards") or []:
             if isinstance(reward, dict) and reward.get("name") and str(reward["name"]) not in names:
                 names.append(str(reward["name"]))
     return names
@@ -130,15 +131,14 @@ def comparison_html(run_dirs: list[str | Path], now: datetime.datetime | None = 
     title = f"{len(paths)} runs compared"
     sections = [f"<h1>{html.escape(title)}</h1>", runs_rows_html(paths),
                 compare_view.settings_diff_html(configs),
-                "<h2>Curves</h2>", curves_html(metrics, evals, _reward_names(configs)),
+                "<h2>Curves</h2>", curves_html(metrics, evals, reward_names(configs)),
                 "<h2>Held-out answers side by side</h2>"]
     prompts = answers_view.shared_prompts(evals)
     if prompts:
         sections.append(answers_view.summary_html(evals))
         for i, prompt in enumerate(prompts, 1):
-            first = " ".join(prompt.split())
-            first = first if len(first) <= 90 else first[:90].rsplit(" ", 1)[0] + " …"
-            sections.append(f"<h3>Prompt {i}: {html.escape(first)}</h3>" + answers_view.prompt_answers_html(
+            sections.append(f"<h3>Prompt {i}: {html.escape(answers_view.short_prompt(prompt, 90))}</h3>"
+                            + answers_view.prompt_answers_html(
                 evals, prompt, head="The whole prompt"))
         sections.append(answers_view.LEGEND)
     else:

@@ -123,13 +123,10 @@ def overlay_labels(curve: str | None) -> Any:
 def overlay_choices(selected: list[str] | None, curve: str | None) -> gr.Radio:
     """The overlay's curves for the ticked runs: the fixed ones and one per reward function any of them scored
     (config.json's rewards, weight 0 included). A reward curve none of them has goes back to the default."""
-    names: list[str] = []
-    for name in selected or []:
-        config = runs.read_json(p / run_files.CONFIG) if (p := run_path(name)) else None
-        for reward in (config or {}).get("rewards") or []:
-            if isinstance(reward, dict) and reward.get("name") and reward["name"] not in names:
-                names.append(str(reward["name"]))
-    choices = charts.compare_choices(names)
+    from ui.comparison_report import reward_names
+
+    configs = {name: runs.read_json(p / run_files.CONFIG) for name in selected or [] if (p := run_path(name))}
+    choices = charts.compare_choices(reward_names(configs))
     return gr.Radio(choices=choices, value=curve if curve in choices else charts.DEFAULT_COMPARE)
 
 
@@ -186,7 +183,9 @@ def compare_answers(selected: list[str] | None, picked: str | None = None,
     """The ticked runs' held-out answers side by side (ui/answers_view.py), from their last probes or their last
     evaluations: the prompt picker's choices, keeping the prompt picked while the new ticks still answered it, and
     the answers to it. Runs not evaluated yet are named, not compared."""
-    found = {name: answer_rows(p, source or answers_view.PROBES) for name in selected or [] if (p := run_path(name))}
+    source = source or answers_view.PROBES
+    paths = {name: p for name in selected or [] if (p := run_path(name))}
+    found = {name: answer_rows(path, source) for name, path in paths.items()}
     evals = {name: rows for name, rows in found.items() if rows is not None}
     missing = [name for name, rows in found.items() if rows is None]
     choices = answers_view.prompt_choices(evals) if len(evals) >= 2 else []
@@ -196,10 +195,10 @@ def compare_answers(selected: list[str] | None, picked: str | None = None,
             f"{html.escape(', '.join(missing))}. Pick it under Run and press <b>Evaluate base vs tuned</b>.</div>"
             if missing and len(found) >= 2 else "")
     if source == answers_view.EVALUATION:  # an evaluation from before a resume answered for the model before
-        stale = [name for name in evals if (p := run_path(name)) and runs.trained_since_evaluation(p)]
+        stale = [name for name in evals if runs.trained_since_evaluation(paths[name])]
         note += ("<div class='gs-answers-note'>Trained further after its last evaluation, so its answers here are "
                  f"the model's before that: {html.escape(', '.join(stale))}.</div>" if stale else "")
-    shown = answers_view.answers_html(evals, value, source or answers_view.PROBES)
+    shown = answers_view.answers_html(evals, value, source)
     if len(found) >= 2 and len(evals) < 2:  # ticked enough, but too few evaluated
         shown = ("<div class='gs-empty'>Evaluate at least two of the ticked runs to compare their answers to every "
                  "held-out prompt, or read their last probes' answers.</div>")
