@@ -20,6 +20,7 @@ the evaluation is reading.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import shutil
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import spare_worker
-from pipeline.run_folder import jobs, jobstate, owners, run_files, run_queue, runs
+from pipeline.run_folder import jobs, jobstate, owners, run_files, run_queue, runs, stages
 from pipeline.run_folder.processes import end_tree
 from pipeline.setup.config import RunConfig
 
@@ -176,7 +177,11 @@ def _start_locked(spec: jobs.Job, run_dir: Path | None, actor: owners.Actor | No
 
 
 def default_label(cfg: RunConfig) -> str:
-    """What names a run when no run name is typed: its model and its prompts' source ("smollm2-tldr")."""
+    """What names a run when no run name is typed: its model and its prompts' source ("smollm2-tldr"); a next
+    stage, the earlier run's name numbered ("smollm2-tldr-stage2")."""
+    staged = stages.next_label(cfg.model)
+    if staged:
+        return staged
     return Path(cfg.model).name.replace("SmolLM2-135M-Instruct", "smollm2") + "-" + cfg.dataset.source
 
 
@@ -212,7 +217,8 @@ def queue_trainings(runs_to_queue: list[tuple[str, RunConfig]], nproc: int = 1, 
     """queue_training for several (label, config) pairs, in order, all or none (a sweep)."""
     spec = jobs.job("train")
     for label, cfg in runs_to_queue:
-        _validate(spec, None, cfg=cfg, label=label, nproc=nproc, allow_custom_rewards=allow_custom_rewards)
+        _validate(spec, None, cfg=cfg, label=label, nproc=nproc, allow_custom_rewards=allow_custom_rewards,
+                  waiting=True)
     entries = [run_queue.Waiting(label=label, config=cfg.to_dict(), owner=actor.user if actor else None,
                                  nproc=int(nproc or 1), allow_custom_rewards=bool(allow_custom_rewards))
                for label, cfg in runs_to_queue]
@@ -288,9 +294,10 @@ def watch_queue(allow_custom_rewards: bool = False, on_start=None, every_s: floa
 
 
 def _validate(spec: jobs.Job, run_dir: Path | None, cfg: RunConfig | None = None,
-              allow_custom_rewards: bool = False, **options: Any) -> None:
-    """What can be refused from the request alone: the kind's options, and a new run's settings."""
-    problem = spec.problem(**options)
+              allow_custom_rewards: bool = False, waiting: bool = False, **options: Any) -> None:
+    """What can be refused from the request alone: the kind's options, and a new run's settings (a run `waiting`
+    in the queue may start from the model of a run still training)."""
+    problem = spec.problem(**options) or (stages.problem(cfg.model, waiting) if cfg is not None else None)
     if problem:
         raise RunnerError(problem)
     if cfg is not None:
@@ -333,7 +340,12 @@ def _new_run(cfg: RunConfig, label: str = "run", owner: str | None = None, **_: 
     run_dir = runs.new_run_dir(label)
     try:
         owners.record_owner(run_dir, owner)
+        # A model inside another run's folder (a next stage) becomes this run's own start_model/ first.
+        cfg = dataclasses.replace(cfg, model=stages.take_model(cfg.model, run_dir))
         runs.write_json_atomic(run_dir / run_files.CONFIG, cfg.to_dict())
+    except stages.StageError as exc:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise RunnerError(str(exc)) from None
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise

@@ -10,7 +10,7 @@ import gradio as gr
 
 from pathlib import Path
 
-from pipeline.run_folder import live, runs, token_log
+from pipeline.run_folder import live, runs, stages, token_log
 from pipeline.setup import steering
 from pipeline.setup.config import RunConfig
 from ui import charts, probes_view, queue_view, steer_view, token_views, views
@@ -115,7 +115,8 @@ def _draw_run(snap: runs.Snapshot, run_name: str, parts: set[str], group_step, p
     if "progress" in parts:
         ended = snap.state in ("finished", "stopped")  # then the held-out probes' before and after, under the header
         out["progress"] = (views.progress_html(run_name, snap.status, snap.metrics, max_steps, snap.problems)
-                           + (probes_view.outcome_html(snap.evals, snap.state) if ended else "")
+                           + (probes_view.outcome_html(snap.evals, snap.state, started_from=stages.started_from(
+                               cfg.model if cfg else None)) if ended else "")
                            + steer_view.changes_html(steered))
         out["stop_btn"] = stop_button(snap.state)
     if "charts" in parts:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from pipeline.run_folder import run_files, runs
+from pipeline.run_folder import run_files, runs, stages
 from pipeline.setup.config import BUNDLED_MODEL_ID
 from pipeline.training.generate import ChatModelError, ModelChoice, chat_choices, run_for_choice
 
@@ -71,7 +71,7 @@ def model_b(a: str | None, b: str | None, offered_b: str | None,
     """
     base = base_of(a)
     if base not in [v for _, v in choices]:
-        choices = [*choices, (f"{base} (base of model A)", base)]
+        choices = [*choices, (f"{stages.model_label(base)} (base of model A)", base)]
     if b is None or b == offered_b or b not in [v for _, v in choices]:
         b = base
     return choices, b

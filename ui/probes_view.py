@@ -238,10 +238,11 @@ def _change_cell(before, after) -> str:
     return f"<td class='{cls}'>{mark} {delta:+.3g}</td>"
 
 
-def outcome_html(evals: list[dict], state: str | None, next_steps: bool = True) -> str:
+def outcome_html(evals: list[dict], state: str | None, next_steps: bool = True, started_from: str | None = None) -> str:
     """Once a run has finished or stopped: its held-out probes before (step 0, the base model) and after (the last
     probe), the total reward, the task metric and each reward side by side, and where to look next in the app
-    (unless `next_steps` is False, as in a report). Empty before that, or without a probe past step 0.
+    (unless `next_steps` is False, as in a report). Empty before that, or without a probe past step 0. A next
+    stage names the run its model came from (`started_from`, pipeline/run_folder/stages.py).
 
     >>> evals = [{"step": 0, "reward": 197.1, "rewards": {"length_target": -91.5}, "samples": [{}, {}],
     ...           "task": {"kind": "summary", "summary_score": 0.79}},
@@ -268,8 +269,10 @@ def outcome_html(evals: list[dict], state: str | None, next_steps: bool = True) 
     body = "".join(f"<tr><th>{html.escape(name)}</th><td>{fmt_score(before)}</td><td>{fmt_score(after)}</td>"
                    f"{_change_cell(before, after)}</tr>" for name, before, after in rows)
     prompts = len(tuned.get("samples") or [])
+    base_model = (f"the model it started from ({html.escape(started_from)})" if started_from
+                  else "the base model")
     return (f"<div class='gs-outcome'><div><b>Before and after</b>, on {prompts} held-out prompts the run never "
-            f"trained on, answered greedily: the base model at step 0, the tuned one at step {tuned['step']}.</div>"
+            f"trained on, answered greedily: {base_model} at step 0, the tuned one at step {tuned['step']}.</div>"
             f"<table class='gs-outcome-table'><tr><th></th><th>base</th><th>tuned</th><th>change</th></tr>{body}"
             f"</table>{_per_prompt(base, tuned)}{NEXT_STEPS if next_steps else ''}</div>")
 

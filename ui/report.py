@@ -10,7 +10,7 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-from pipeline.run_folder import run_files, runs
+from pipeline.run_folder import run_files, runs, stages
 from pipeline.setup import steering
 from pipeline.setup.config import ConfigError, RunConfig
 from ui import charts, compare_view, html_page, probes_view, steer_view, views
@@ -103,10 +103,12 @@ def report_html(run_dir: str | Path, now: datetime.datetime | None = None) -> st
     took = f" · ran {views.fmt_seconds(ended - started)}" if isinstance(started, (int, float)) and isinstance(
         ended, (int, float)) and ended >= started else ""
     sections = [f"<h1>{html.escape(name)}</h1>",
-                f"<div class='gs-report-where'>{html.escape(str(config.get('model', '')))} · prompts: "
+                f"<div class='gs-report-where'>{html.escape(str(stages.model_label(config.get('model')) or ''))} · "
+                f"prompts: "
                 f"{html.escape(str((config.get('dataset') or {}).get('source', '')))}{took}</div>",
                 views.progress_html(name, status, rows, max_steps),
-                probes_view.outcome_html(evals, state, next_steps=False),
+                probes_view.outcome_html(evals, state, next_steps=False,
+                                         started_from=stages.started_from(config.get("model"))),
                 views.health_html(rows, evals, config)]
     sections += ["<h2>Curves</h2>", charts_html(rows, evals, changes, max_steps)]
     if changes:

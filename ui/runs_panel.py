@@ -12,7 +12,7 @@ from typing import Any
 import gradio as gr
 
 from pipeline import runner
-from pipeline.run_folder import disk, run_files, runs
+from pipeline.run_folder import disk, run_files, runs, stages
 from pipeline.run_folder.jobs import EVAL_LIMIT
 from pipeline.models.loading import gpu_count
 from pipeline.setup import steering
@@ -62,6 +62,28 @@ def load_run_settings(name: str | None, allow_custom: bool = False) -> dict[str,
     return {**values, "run_name": "",
             "message": f"Loaded the settings **{name}** started with into the form above, with no run name. Change "
                        f"what you like, then press Start or Add to queue.{steered}"}
+
+
+def next_stage_settings(name: str | None, allow_custom: bool = False) -> dict[str, Any]:
+    """The picked run's settings in the Train form, set to train from the model it ended with: its next stage.
+    The user changes what the stage teaches (rewards, prompts) and presses Start; the new run takes that model
+    as its own (pipeline/run_folder/stages.py). {form key, "run_name" or "message": update}."""
+    run_dir = run_path(name)
+    if run_dir is None:
+        return {"message": "Pick a finished or stopped run to train its next stage."}
+    merged = run_dir / run_files.MERGED
+    why = stages.problem(str(merged))
+    if why:
+        return {"message": f"❌ {why}"}
+    loaded = load_run_settings(name, allow_custom)
+    if "run_name" not in loaded:  # its settings can't be read: the message says so
+        return loaded
+    step = stages.stage_record(run_dir, merged)["step"]
+    return {**loaded, "model_custom": str(merged), "message": (
+        f"The form now trains from the model **{name}** ended with (step {step}), with the settings it used. Change "
+        "what this stage should teach (its rewards, its prompts), then press Start or Add to queue. The new run "
+        f"keeps that model as its own, so **{name}** can still be resumed or deleted. Its step-0 probes are "
+        f"{name}'s final answers, so its curves show what this stage adds.")}
 
 
 def free_gpu_for_training() -> None:

@@ -26,9 +26,9 @@ from ui.form import REWARD_COLUMNS, SOURCE_SHOWN, SOURCES, config_to_form, form_
 from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
 from ui.runs_panel import (
     EXPORTS_EMPTY, NO_RUNS, compare_answers, compare_runs, compare_settings, comparison_download, delete_run,
-    eval_view, evaluate_run, exports_view, load_run_settings, metrics_download, overlay_choices, overlay_colors,
-    overlay_labels, picked_answers, refresh_runs, remove_orphan_exports, report_download, resume_training, runs_hint,
-    runs_table, stop_evaluation, stop_push, stop_training,
+    eval_view, evaluate_run, exports_view, load_run_settings, metrics_download, next_stage_settings, overlay_choices,
+    overlay_colors, overlay_labels, picked_answers, refresh_runs, remove_orphan_exports, report_download,
+    resume_training, runs_hint, runs_table, stop_evaluation, stop_push, stop_training,
 )
 from ui.train_form import (
     CLOSE_SETTINGS_JS, UPLOAD_TYPES, fill_preset, hyper_component, make_scanner, preview_dataset, reward_docs,
@@ -223,7 +223,10 @@ def build(ctx: TabContext) -> Tab:
                     with gr.Row():
                         resume_btn = gr.Button("Resume", elem_id="resume-btn")
                         eval_btn = gr.Button("Evaluate base vs tuned", elem_id="eval-btn")
-                    load_run_btn = gr.Button("Load its settings into the form", size="sm", elem_id="load-run-btn")
+                    with gr.Row():
+                        load_run_btn = gr.Button("Load its settings into the form", size="sm",
+                                                 elem_id="load-run-btn")
+                        stage_btn = gr.Button("Train a next stage from it", size="sm", elem_id="stage-btn")
                     with gr.Row():
                         resume_steps = gr.Number(value=None, precision=0, minimum=0, label="Resume to step",
                                                  info="0 or empty: the run's own step count. Above a finished "
@@ -324,6 +327,8 @@ def build(ctx: TabContext) -> Tab:
         loaded_run = {**loaded, "message": action_msg}
         load_run_btn.click(keyed(load_run_settings, loaded_run), [action_run, allow], list(loaded_run.values()),
                            api_name="load_run_settings")
+        stage_btn.click(keyed(next_stage_settings, loaded_run), [action_run, allow], list(loaded_run.values()),
+                        api_name="next_stage_settings")
         then_refresh(sweep_btn.click(queue_sweep, [allow, nproc, run_name, sweep_setting, sweep_values,
                                                    sweep_setting2, sweep_values2],
                                      [run_select, message], inputs_kwargs=form, concurrency_limit=1,

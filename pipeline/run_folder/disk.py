@@ -18,15 +18,17 @@ EXPORT_SUFFIX = re.compile(r"(-step\d+)?(-merged\.zip|-adapter\.zip|-merged|-[A-
                            r"|-report\.html|-comparison\.html)")
 
 
-def tree_bytes(path: str | Path) -> int:
+def tree_bytes(path: str | Path, linked: bool = True) -> int:
     """Bytes of the regular files under `path` (or of `path` itself, a file). Links are not followed, so a run
-    whose model is a link to another folder counts the link only; a file removed while counting counts 0."""
+    whose model is a link to another folder counts the link only; a file removed while counting counts 0.
+    Not `linked`: a file with another name too (a next stage's hard-linked model) counts 0, so the figure is
+    what removing `path` gives back."""
     try:
         st = os.lstat(path)
     except OSError:
         return 0
     if not stat.S_ISDIR(st.st_mode):  # a file, or a link (lstat does not follow it)
-        return st.st_size
+        return st.st_size if linked or st.st_nlink < 2 or stat.S_ISLNK(st.st_mode) else 0
     total = 0
     try:
         entries = list(os.scandir(path))
@@ -35,9 +37,10 @@ def tree_bytes(path: str | Path) -> int:
     for entry in entries:
         try:
             if entry.is_dir(follow_symlinks=False):
-                total += tree_bytes(entry.path)
+                total += tree_bytes(entry.path, linked)
             else:
-                total += entry.stat(follow_symlinks=False).st_size
+                st = entry.stat(follow_symlinks=False)
+                total += st.st_size if linked or st.st_nlink < 2 or entry.is_symlink() else 0
         except OSError:
             continue
     return total

@@ -25,6 +25,13 @@ def data_dir() -> Path:
     return path
 
 
+def runs_dir() -> Path:
+    """The runs folder, `<data>/runs`, made if missing."""
+    path = data_dir() / "runs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def keep_private() -> None:
     """What the app and every command-line entry point do first, so that other users of the machine can't
     read what they write: the files and folders this process and its children create get no group or

@@ -30,6 +30,9 @@ CHECKPOINT_PREFIX = "checkpoint-"  # checkpoint-N/ folders
 CHECKPOINT_MARKER = ".complete"  # written into a checkpoint folder once its save finished
 ADAPTER = "adapter"  # the LoRA adapter
 MERGED = "merged"  # base + LoRA merged, ready for transformers
+# A run started from another run's tuned model (its next stage; pipeline/run_folder/stages.py).
+STAGE_BASE = "start_model"  # the model it started from, its own (hard links to the earlier run's merged files)
+STAGE_FILE = "stage.json"  # inside start_model/: the run and step that model came from
 
 # Evaluation (pipeline/evaluate.py).
 EVAL_STATUS = "eval_status.json"

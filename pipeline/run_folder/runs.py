@@ -29,19 +29,13 @@ from pipeline.run_folder.jobstate import (  # noqa: F401 - re-exported: the run'
 from pipeline.run_folder.jsonio import _read_json, file_problem
 from pipeline.run_folder.jsonio import (  # noqa: F401 - re-exported: the JSON files of a run
     append_jsonl, read_json, read_jsonl, unreadable_lines, write_json_atomic)
-from pipeline.run_folder import disk, jobs, run_files
+from pipeline.run_folder import disk, jobs, run_files, stages
 from pipeline.run_folder import owners
-from pipeline.run_folder.paths import data_dir  # also imported from here by the app and the tabs
+from pipeline.run_folder.paths import data_dir, runs_dir  # also imported from here by the app and the tabs
 
 
 
 # ---- locations ---------------------------------------------------------------------------------
-
-
-def runs_dir() -> Path:
-    path = data_dir() / "runs"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def exports_dir() -> Path:
@@ -434,7 +428,7 @@ def run_summary(run_dir: str | Path) -> dict:
         "path": str(run_dir),
         "state": status.get("state"),
         "owner": owners.run_owner(run_dir),
-        "model": cfg.get("model"),
+        "model": stages.model_label(cfg.get("model")),  # a next stage's: the run and step it started from
         "dataset": (cfg.get("dataset") or {}).get("source") if isinstance(cfg.get("dataset"), dict) else None,
         "rewards": ", ".join(str(r.get("name", "?")) for r in cfg.get("rewards") or [] if isinstance(r, dict)),
         "step": last.get("step", 0),
@@ -473,7 +467,7 @@ def delete_run(run_dir: str | Path, actor: owners.Actor | None = None, with_expo
     with start_lock():
         for job in busy_with(run_dir):  # any kind of job (pipeline/run_folder/jobs.py) still reading or writing it
             raise ValueError(f"This run is {job.doing}: wait for {job.what} or stop it first.")
-        deleted = disk.Deleted(disk.tree_bytes(run_dir))
+        deleted = disk.Deleted(disk.tree_bytes(run_dir, linked=False))  # a file another run links to stays
         shutil.rmtree(run_dir)
     exports = disk.run_exports(run_dir.name, exports_dir())
     if with_exports:

@@ -31,7 +31,7 @@ def two_runs(studio_data):
             answer = "Crews resurface Highway 22 until late August." if gain > 1 and step else BASE_ANSWER
             runs.append_jsonl(run_dir / "evals.jsonl", {"step": step, "reward": 10 + gain * step, "samples": [
                 {"prompt": "Road work on Highway 22. TL;DR:", "completion": answer, "total": 10 + gain * step}]})
-        runs.write_status(run_dir, "finished", started_at=1.0, ended_at=2.0)
+        runs.write_status(run_dir, "finished", started_at=1.0, ended_at=2.0, step=4)
         made.append(run_dir)
     yield made
     import shutil
@@ -95,3 +95,17 @@ def test_ticked_runs_overlay_the_curve_picked_and_a_runs_settings_load_into_the_
     expect(page.get_by_label("Steps", exact=True)).to_have_value("4")
     expect(page.get_by_label("Learning rate", exact=True).first).to_have_value("0.001")
     expect(page.locator("#run-name textarea, #run-name input").first).to_have_value("")
+
+    # Train a next stage from it: the same settings, and the model box holds the model run b ended with (its
+    # merged folder; Start makes it the new run's own). Until that folder exists, the button says why it can't.
+    page.locator("#stage-btn").click()
+    expect(page.locator("#action-msg")).to_contain_text(f"{two_runs[1].name}' has no tuned model to start from",
+                                                       timeout=30_000)
+    (two_runs[1] / "merged").mkdir()
+    (two_runs[1] / "merged" / "config.json").write_text("{}")
+    page.locator("#stage-btn").click()
+    expect(page.locator("#action-msg")).to_contain_text(f"The form now trains from the model {two_runs[1].name} "
+                                                       "ended with (step 4)", timeout=30_000)
+    expect(page.get_by_label("…or a hub id / local folder")).to_have_value(str(two_runs[1] / "merged"))
+    expect(page.get_by_label("Steps", exact=True)).to_have_value("4")
+    page.screenshot(path=str(ARTIFACTS / "runs-next-stage.png"), full_page=True)

@@ -65,3 +65,37 @@ def test_a_real_runs_probes_read_side_by_side_with_another_runs(shared_run, stud
         import shutil
 
         shutil.rmtree(early)
+
+
+def test_a_next_stage_starts_from_the_model_the_earlier_run_ended_with(shared_run):
+    """Train a next stage: a run made (as Start makes it) from the shared run's merged model takes that model as its
+    own start_model/, trains from it, and answers its held-out probes at step 0 as the shared run did at its last step."""
+    import dataclasses
+    import os
+    import shutil
+
+    from pipeline import runner
+    from pipeline.run_folder import run_files
+    from pipeline.setup.config import RunConfig
+
+    from .helpers import run
+
+    source = shared_run.path
+    cfg = dataclasses.replace(RunConfig.load(source / "config.json"), model=str(source / run_files.MERGED),
+                              max_steps=1, merge_at_end=False)  # the same seed, held-out prompts and probes
+    stage = runner._new_run(cfg, label=runner.default_label(cfg))  # the folder Start makes; launched here
+    try:
+        base = stage / run_files.STAGE_BASE
+        assert stage.name.endswith("-shared-stage2") and RunConfig.load(stage / "config.json").model == str(base)
+        assert runs.read_json(base / run_files.STAGE_FILE)["step"] == 2
+        assert os.stat(base / "model.safetensors").st_ino == os.stat(source / "merged" / "model.safetensors").st_ino
+        proc = run(stage, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert runs.read_status(stage)["state"] == "finished"
+        before, after = runs.read_evals(source), runs.read_evals(stage)
+        assert after[0]["step"] == 0
+        answers = [[s["completion"] for s in e["samples"]] for e in (before[0], before[-1], after[0])]
+        print("shared run step 0 / step 2 / stage step 0:", answers)
+        assert answers[2] == answers[1]  # the tuned model's answers, greedily, not the base model's
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

@@ -2,6 +2,7 @@
 (config.json plus the launches' overrides), and a run's numbers downloaded as one CSV."""
 
 import dataclasses
+import os
 
 import pytest
 
@@ -138,6 +139,31 @@ def test_a_runs_settings_load_back_into_the_form_as_it_started(own_data):
     assert set(load_run_settings(None)) == {"message"} and set(load_run_settings("gone")) == {"message"}
     (runs.resolve_run(name) / run_files.CONFIG).write_text("{not json")
     assert set(load_run_settings(name)) == {"message"} and "can't be read" in load_run_settings(name)["message"]
+
+
+def test_a_next_stage_loads_the_runs_settings_with_the_model_it_ended_with(own_data):
+    """Train a next stage from it: the run's settings in the form, its merged model in the model box (what Start
+    turns into the new run's own copy), and plain messages for a run still training, one without a merged model,
+    and no run."""
+    from pipeline.run_folder import run_files
+    from ui.form import form_to_config
+    from ui.runs_panel import next_stage_settings
+
+    name = _run("arith-format", RunConfig(learning_rate=1e-3, max_steps=7))
+    run_dir = runs.resolve_run(name)
+    runs.write_status(run_dir, "stopped", step=5)
+    assert next_stage_settings(name)["message"].startswith(f"❌ Run '{name}' has no tuned model to start from")
+    (run_dir / run_files.MERGED).mkdir()
+    (run_dir / run_files.MERGED / run_files.CONFIG).write_text("{}")
+    values = next_stage_settings(name)
+    assert values["model_custom"] == str(run_dir / run_files.MERGED) and values["run_name"] == ""
+    assert values["learning_rate"] == 1e-3 and values["max_steps"] == 7
+    assert f"the model **{name}** ended with (step 5)" in values["message"]
+    cfg = form_to_config({k: v for k, v in values.items() if k not in ("run_name", "message")})
+    assert cfg.model == str(run_dir / run_files.MERGED)
+    runs.write_status(run_dir, "running", pid=os.getpid(), pid_create_time=runs.process_create_time(os.getpid()))
+    assert "still training" in next_stage_settings(name)["message"]
+    assert set(next_stage_settings(None)) == {"message"} and set(next_stage_settings("gone")) == {"message"}
 
 
 def test_each_reward_the_ticked_runs_scored_is_a_curve_of_the_overlay(own_data):
