@@ -7,6 +7,7 @@ added here shows there, and either one starts it when the machine is free.
   python -m pipeline.queue add --like RUN --sweep learning_rate=1e-4,3e-4,1e-3
   python -m pipeline.queue add --sweep learning_rate=1e-4,1e-3 --sweep beta=0,0.04   # a grid: 4 runs
   python -m pipeline.queue add --preset "Arithmetic: correctness + format" --set max_steps=20
+  python -m pipeline.queue add --after RUN --set rewards='[...]'   # a next stage, from the model RUN ended with
   python -m pipeline.queue remove lr-3e-4                     # by name or id
   python -m pipeline.queue keep --until-empty                 # start each run when the one before it ends
 
@@ -97,19 +98,23 @@ def with_settings(cfg: RunConfig, pairs: list[str]) -> RunConfig:
     return RunConfig.from_dict(data)  # lists and objects (rewards, dataset) typed as a config file's are
 
 
-def _run_config(run: str) -> RunConfig:
-    """The settings of a run on disk, named by its folder's path or name, or by its run name (the newest run with
-    that name: "lr-3e-4" names 20261128-101500-lr-3e-4)."""
+def _run_dir(run: str) -> Path:
+    """A run on disk, named by its folder's path or name, or by its run name (the newest run with that name:
+    "lr-3e-4" names 20261128-101500-lr-3e-4)."""
     path = Path(run).expanduser()
     if path.is_dir():
-        run_dir = path
+        run_dir = path.resolve()
     else:
         named = [d for d in runs.iter_run_dirs() if d.name == run or d.name.endswith(f"-{run}")]
         run_dir = max(named, key=lambda d: d.name) if named else runs.runs_dir() / run
-    config = run_dir / run_files.CONFIG
-    if not config.is_file():
+    if not (run_dir / run_files.CONFIG).is_file():
         raise ConfigError(f"No run '{run}' with a {run_files.CONFIG} here (runs are in {runs.runs_dir()}).")
-    return RunConfig.load(config)
+    return run_dir
+
+
+def _run_config(run: str) -> RunConfig:
+    """The settings of a run on disk (named as `_run_dir` takes it)."""
+    return RunConfig.load(_run_dir(run) / run_files.CONFIG)
 
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, RunConfig]]:
@@ -131,6 +136,11 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[str, RunConfig]]:
         cfg = RunConfig.from_dict({**cfg.to_dict(), **diff})
     if args.like:
         cfg = _run_config(args.like)
+    if args.after:  # a next stage: the model the run ended with, and its settings unless others were named
+        earlier = _run_dir(args.after)
+        if not (args.preset or args.config or args.like):
+            cfg = RunConfig.load(earlier / run_files.CONFIG)
+        cfg = dataclasses.replace(cfg, model=str(earlier / run_files.MERGED))
     cfg = with_settings(cfg, args.set)
     name = (args.name or "").strip()
     if not args.sweep:
@@ -228,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     start_from.add_argument("--config", help="A config.json to start from (a short diff of the defaults).")
     start_from.add_argument("--like", metavar="RUN", help="Start from a run's settings (its run name, folder name "
                             "or path).")
+    adding.add_argument("--after", metavar="RUN", help="A next stage: train from the model RUN ended with, with "
+                        "RUN's settings unless --preset, --config or --like names others.")
     adding.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="Change one setting, such as learning_rate=3e-4 or dataset.source=arithmetic "
                              "(repeatable).")

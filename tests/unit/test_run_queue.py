@@ -241,3 +241,31 @@ def test_two_sweeps_from_a_terminal_make_a_grid_and_a_grid_too_big_queues_nothin
         ("g-lr-1e-3-beta-0", 1e-3, 0.0), ("g-lr-1e-3-beta-0-04", 1e-3, 0.04)]
     assert cli.main(["add", "--sweep", "learning_rate=1e-4,2e-4,3e-4,4e-4,5e-4", "--sweep", "seed=1,2,3,4,5"]) == 2
     assert "makes 25 runs" in capsys.readouterr().err and len(run_queue.read().waiting) == 4
+
+
+def test_a_next_stage_queued_from_a_terminal_waits_for_its_run_and_takes_the_model_it_ended_with(stand_in_trainer,
+                                                                                                 capsys):
+    """`add --after RUN`: RUN's settings with the model RUN ends with; queued while RUN trains, it starts once RUN has
+    ended and takes that model as its own. A run that ended without one is refused at once."""
+    import shutil
+
+    from pipeline import queue as cli
+    from pipeline.run_folder import run_files
+
+    first = training("first")
+    assert cli.main(["add", "--after", first.name, "--set", "learning_rate=1e-3"]) == 0
+    (waiting,) = run_queue.read().waiting
+    assert waiting.label == "first-stage2" and waiting.config["model"] == str(first / run_files.MERGED)
+    assert waiting.config["learning_rate"] == 1e-3
+    runner.stop("train", first, grace_s=15)
+    (first / run_files.MERGED).mkdir()  # what a real trainer leaves at a stop (the stand-in writes no model)
+    (first / run_files.MERGED / run_files.CONFIG).write_text("{}")
+    cli.keep(allow_custom_rewards=False, until_empty=True, every_s=0.2)
+    stage = runs.runs_dir() / run_queue.read().started[-1]["run"]
+    assert stage.name.endswith("-first-stage2") and state(stage) == "finished"
+    assert runs.read_json(stage / run_files.CONFIG)["model"] == str(stage / run_files.STAGE_BASE)
+    assert runs.read_json(stage / run_files.STAGE_BASE / run_files.STAGE_FILE)["run"] == first.name
+    shutil.rmtree(first / run_files.MERGED)
+    capsys.readouterr()
+    assert cli.main(["add", "--after", first.name]) == 2
+    assert f"Run '{first.name}' has no tuned model to start from" in capsys.readouterr().err
