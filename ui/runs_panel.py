@@ -82,8 +82,8 @@ def next_stage_settings(name: str | None, allow_custom: bool = False) -> dict[st
     return {**loaded, "model_custom": str(merged), "message": (
         f"The form now trains from the model **{name}** ended with (step {step}), with the settings it used. Change "
         "what this stage should teach (its rewards, its prompts), then press Start or Add to queue. The new run "
-        f"keeps that model as its own, so **{name}** can still be resumed or deleted. Its step-0 probes are "
-        f"{name}'s final answers, so its curves show what this stage adds.")}
+        "keeps that model as its own, so this run can still be resumed or deleted. The new run's step-0 probes are "
+        "this run's final answers: its curves show what the stage adds.")}
 
 
 def free_gpu_for_training() -> None:
