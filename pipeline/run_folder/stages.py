@@ -34,7 +34,8 @@ class StageError(ValueError):
 
 def model_in_run(model: str | None) -> tuple[Path, Path] | None:
     """(run folder, model folder) when `model` is the path of a run's merged model or of a staged run's starting
-    model, in this data folder's runs; None for anything else (a hub id, the bundled model, another folder)."""
+    model, in this data folder's runs (whether or not it is still there); None for anything else (a hub id, the
+    bundled model, another folder)."""
     if not model or not isinstance(model, str):
         return None
     path = Path(model.strip()).expanduser()
@@ -44,7 +45,7 @@ def model_in_run(model: str | None) -> tuple[Path, Path] | None:
     path = run_dir / path.name
     if path.name not in (run_files.MERGED, run_files.STAGE_BASE) or run_dir.parent != runs_dir():
         return None
-    return (run_dir, path) if (run_dir / run_files.CONFIG).exists() else None
+    return run_dir, path
 
 
 def lineage(model: str | None) -> dict | None:
@@ -78,6 +79,8 @@ def problem(model: str | None, waiting: bool = False) -> str | None:
         return None
     run_dir, model_dir = found
     name = run_dir.name
+    if not (run_dir / run_files.CONFIG).exists():
+        return f"Run '{name}' is no longer on disk: pick another run, or another model."
     if model_dir.name == run_files.MERGED:
         state = read_status(run_dir).get("state")
         if state in ACTIVE_STATES:

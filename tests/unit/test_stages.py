@@ -98,6 +98,10 @@ def test_a_stage_from_a_run_without_a_tuned_model_is_refused_in_words_and_leaves
         runner.start("train", cfg=cfg, label="x")
     with pytest.raises(runner.RunnerError, match="has no tuned model"):
         runner.queue_training(cfg, label="x")
+    shutil.rmtree(failed)  # a stage of a run deleted since (queued before the delete) is refused when it starts
+    with pytest.raises(runner.RunnerError, match="is no longer on disk"):
+        runner.start("train", cfg=cfg, label="x")
+    before.remove(failed.name)
     assert sorted(p.name for p in runs.runs_dir().iterdir()) == before and own_runs == []
 
 
