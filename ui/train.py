@@ -342,7 +342,8 @@ def build(ctx: TabContext) -> Tab:
                           js=GROUPS_ONLY_JS, show_progress="hidden", api_visibility="private")
         probe_pick.input(picked_probes, [run_select, probe_pick], probes_panel, show_progress="hidden")
         run_select.change(lambda: "latest", None, probe_pick)
-        then_hint(refresh_btn.click(refresh_runs, run_select, listed))
+        refreshed = refresh_btn.click(refresh_runs, run_select, listed)
+        then_hint(refreshed)
         compare.change(compare_settings, compare, compared, show_progress="hidden", api_visibility="private")
         for changed in (compare.change, answer_source.change):
             changed(compare_answers, [compare, answer_pick, answer_source], [answer_pick, answers],
@@ -360,6 +361,12 @@ def build(ctx: TabContext) -> Tab:
                     api_visibility="private").then(
                 compare_runs, [compare, compare_curve], [compare_plot, overlay_map], api_visibility="private").then(
                 overlay_colors, overlay_map, compare_plot, show_progress="hidden", api_visibility="private")
+        # Refresh list draws the ticked runs again too: one still training has new steps and probes since its tick.
+        refreshed.then(compare_answers, [compare, answer_pick, answer_source], [answer_pick, answers],
+                       show_progress="hidden", api_visibility="private")
+        refreshed.then(compare_runs, [compare, compare_curve], [compare_plot, overlay_map], show_progress="hidden",
+                       api_visibility="private").then(
+            overlay_colors, overlay_map, compare_plot, show_progress="hidden", api_visibility="private")
         then_refresh(resume_btn.click(resume_training, [action_run, allow, ops, resume_steps],
                                       [run_select, action_msg]))
         # The evaluation is a runner job: the click returns at once; its files' changes show its progress and result.

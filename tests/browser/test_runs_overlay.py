@@ -76,6 +76,15 @@ def test_ticked_runs_overlay_the_curve_picked_and_a_runs_settings_load_into_the_
     expect(answers.locator(".gs-answer").nth(1)).to_contain_text("the same as its base answer")
     expect(page.locator("#answer-pick input")).to_have_value("1. Road work on Highway 22. TL;DR:")
     answers.screenshot(path=str(ARTIFACTS / "runs-answers.png"))
+    # A ticked run that trains on writes more probes: Refresh list draws the ticked runs again (run a, now higher,
+    # comes first with its new answer) and keeps the prompt picked.
+    runs.append_jsonl(two_runs[0] / "evals.jsonl", {"step": 6, "reward": 30.0, "samples": [
+        {"prompt": "Road work on Highway 22. TL;DR:", "completion": "Highway 22 closes for repaving.", "total": 30.0}]})
+    page.get_by_role("button", name="Refresh list").click()
+    expect(answers.locator(".gs-answer").first).to_contain_text(f"1. {two_runs[0].name}", timeout=30_000)
+    expect(answers.locator(".gs-answer").first).to_contain_text("step 6")
+    expect(answers.locator(".gs-answer").first.locator("ins")).to_contain_text("closes for repaving")
+    expect(page.locator("#answer-pick input")).to_have_value("1. Road work on Highway 22. TL;DR:")
     # From their evaluations instead: neither run has been evaluated, and the view says what to do.
     page.locator("#answer-source").get_by_text("Evaluation", exact=True).click()
     expect(answers).to_contain_text("Evaluate at least two of the ticked runs", timeout=10_000)
