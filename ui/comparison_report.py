@@ -9,7 +9,7 @@ import datetime
 import html
 from pathlib import Path
 
-from pipeline.run_folder import run_files, runs
+from pipeline.run_folder import run_files, runs, stages
 from pipeline.setup import steering
 from ui import answers_view, charts, compare_view, html_page, probes_view, steer_view, views
 from ui.html_page import line_chart_svg
@@ -38,12 +38,14 @@ def without_default_params(config: dict) -> dict:
 
 def run_configs(paths: dict[str, Path]) -> dict[str, dict]:
     """Each run's settings as it trained them (config.json and the launches' overrides; a reward's parameters at their
-    defaults left out), with what was steered while it trained as one more setting ("step: setting old→new"),
-    for compare_view.settings_diff_html."""
+    defaults left out; a next stage's model named by the run and step it came from), with what was steered while it
+    trained as one more setting ("step: setting old→new"), for compare_view.settings_diff_html."""
     configs = {name: without_default_params(runs.effective_config(path)) for name, path in paths.items()}
     for name, cfg in configs.items():
         if cfg:
             cfg[compare_view.STEERED] = steer_view.changes_text(steering.applied_changes(paths[name]))
+            if "model" in cfg:  # a next stage's model, a folder of its own, by where it came from: two stages
+                cfg["model"] = stages.model_label(cfg["model"])  # of one run read the same
     return configs
 
 

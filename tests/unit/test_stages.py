@@ -122,3 +122,18 @@ def test_only_models_inside_this_data_folders_runs_are_taken(own_runs, tmp_path)
         assert stages.model_in_run(model) is None, model
         assert stages.take_model(model, first) == model if model else True
     assert stages.model_label(str(first / run_files.MERGED)) == str(first / run_files.MERGED)  # no record: as is
+
+
+def test_two_stages_of_one_run_compare_by_where_they_started(own_runs):
+    """Under the overlay, a stage's model reads as the run and step it came from: two stages of one run differ in
+    what they changed only, and a stage beside its run shows where it started."""
+    from ui.runs_panel import compare_settings
+
+    first = finished_run()
+    model = str(first / run_files.MERGED)
+    a = runner.start("train", cfg=RunConfig(model=model), label="a")
+    b = runner.start("train", cfg=RunConfig(model=model, learning_rate=1e-3), label="b")
+    shown = compare_settings([a.name, b.name])
+    assert "Settings that differ</b> (1)" in shown and "<code>learning_rate</code>" in shown
+    shown = compare_settings([first.name, a.name])
+    assert f"<td>{BUNDLED_MODEL_ID}</td><td>↳ {first.name}, step 11</td>" in shown
