@@ -110,7 +110,7 @@ def runs_table():
     for row in rows:
         path = Path(row["path"])
         row["steered"] = steer_view.changes_text(steering.applied_changes(path))  # step: setting old→new
-        row["disk"] = disk.size_text(disk.tree_bytes(path))
+        row["disk"] = disk_text(path)
         row["step"] = f"{row.get('step') or 0} / {row.get('max_steps') or '?'}"
         final = row.get("final_reward")
         row["train reward"] = probes_view.fmt_score(final) if final is not None else ""
@@ -118,6 +118,13 @@ def runs_table():
         row["time"] = views.fmt_seconds(row.get("duration_s")) if row.get("duration_s") is not None else ""
     columns = [c for c in RUN_COLUMNS if c not in OPTIONAL_COLUMNS or any(r.get(c) for r in rows)]
     return pd.DataFrame([[r.get(c) for c in columns] for r in rows], columns=columns)
+
+
+def disk_text(path: Path) -> str:
+    """A run's size on disk, and the part it shares with another run (a next stage's start model is the earlier
+    run's merged files, hard-linked): deleting either run gives that part back only once both are gone."""
+    size, own = disk.tree_bytes(path), disk.tree_bytes(path, linked=False)
+    return disk.size_text(size) + (f" ({disk.size_text(size - own)} shared)" if size - own >= 2**20 else "")
 
 
 def refresh_runs(current: str | None) -> tuple[gr.Dropdown, Any, gr.CheckboxGroup, gr.Dropdown]:

@@ -137,3 +137,9 @@ def test_two_stages_of_one_run_compare_by_where_they_started(own_runs):
     assert "Settings that differ</b> (1)" in shown and "<code>learning_rate</code>" in shown
     shown = compare_settings([first.name, a.name])
     assert f"<td>{BUNDLED_MODEL_ID}</td><td>↳ {first.name}, step 11</td>" in shown
+    # The runs list says what the three share: the one model, linked.
+    from ui.runs_panel import runs_table
+
+    table = runs_table().set_index("run")
+    assert all(table.loc[run.name, "disk"].endswith("(1 MiB shared)") for run in (first, a, b))
+    assert table.loc[a.name, "model"] == f"↳ {first.name}, step 11"
