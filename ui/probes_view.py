@@ -291,7 +291,8 @@ def _per_prompt(base: dict, tuned: dict) -> str:
 
 NEXT_STEPS = ("<div class='gs-next'>Next: talk to it beside the base model in <b>Chat</b> (tick <i>Side by side</i>), "
               "or press <b>Evaluate base vs tuned</b> in the Runs panel to score it on every held-out prompt and see "
-              "whether the gain is more than chance.</div>")
+              "whether the gain is more than chance. To teach it something more (other rewards, other prompts), "
+              "<b>Train a next stage from it</b> there.</div>")
 
 
 def held_out_text(evals: list[dict]) -> str:

@@ -100,7 +100,9 @@ def build(ctx: TabContext) -> Tab:
                     gr.Markdown(reward_docs())
 
                 gr.Markdown("### 3. Hyperparameters")
-                preset = gr.Dropdown(choices=list(PRESETS), value="Quick CPU demo", label="Preset")
+                preset = gr.Dropdown(choices=list(PRESETS), value="Quick CPU demo", label="Preset",
+                                     info="Fills the whole form. A next stage keeps its run's model: the preset "
+                                          "sets what the stage teaches.", elem_id="preset")
                 with settings_accordion():  # one component per RunConfig field marked for the form
                     hyper = {spec.name: hyper_component(spec, defaults[spec.name]) for spec in form_fields()}
 
@@ -307,8 +309,8 @@ def build(ctx: TabContext) -> Tab:
         preview_btn.click(lambda: gr.Code(visible=True), None, preview, queue=False, api_visibility="private").then(
             preview_dataset, None, preview, inputs_kwargs=form, concurrency_id="model", concurrency_limit=1)
         preset_outputs = {key: parts[key] for key in form_keys() if key != "path"}
-        preset.change(keyed(lambda name: fill_preset(name, allow_custom), preset_outputs), preset,
-                      list(preset_outputs.values()))
+        preset.change(keyed(lambda name, custom: fill_preset(name, allow_custom, custom), preset_outputs),
+                      [preset, model_custom], list(preset_outputs.values()))
         check_btn.click(run_preflight, allow, message, inputs_kwargs=form, concurrency_id="model",
                         concurrency_limit=1)
         scan_btn.click(make_scanner(ctx.cache), [allow, scan_prompts], [scan_view, kept_prompts], inputs_kwargs=form,

@@ -12,7 +12,7 @@ from typing import Any
 import gradio as gr
 
 from pipeline import runner
-from pipeline.run_folder import run_files, run_queue, runs
+from pipeline.run_folder import run_files, run_queue, runs, stages
 from pipeline.setup.config import ConfigError, RunConfig
 from pipeline.setup.data import DatasetError, load_rows, read_table
 from pipeline.models.loading import gpu_count
@@ -243,8 +243,12 @@ def queue_sweep(allow_custom: bool, nproc, run_name: str = "", setting: str = "l
     return gr.Dropdown(), queued
 
 
-def fill_preset(name: str, allow_custom: bool = False) -> dict[str, Any]:
+def fill_preset(name: str, allow_custom: bool = False, model_custom: str | None = None) -> dict[str, Any]:
     """A preset fills the whole form but an uploaded file's path: model, prompts, the rewards table (the
-    length + diversity pair is a preset) and the settings. {form key: value}."""
-    values = config_to_form(apply_preset(RunConfig(), name), allow_custom=allow_custom)
+    length + diversity pair is a preset) and the settings. A run's model in the model box (*Train a next stage from
+    it*) stays: the preset then sets what that stage teaches. {form key: value}."""
+    cfg = apply_preset(RunConfig(), name)
+    if stages.model_in_run(model_custom):
+        cfg = dataclasses.replace(cfg, model=str(model_custom).strip())
+    values = config_to_form(cfg, allow_custom=allow_custom)
     return {key: value for key, value in values.items() if key != "path"}

@@ -118,3 +118,8 @@ def test_ticked_runs_overlay_the_curve_picked_and_a_runs_settings_load_into_the_
     expect(page.get_by_label("…or a hub id / local folder")).to_have_value(str(two_runs[1] / "merged"))
     expect(page.get_by_label("Steps", exact=True)).to_have_value("4")
     page.screenshot(path=str(ARTIFACTS / "runs-next-stage.png"), full_page=True)
+    # A preset then sets what the stage teaches, and keeps its model.
+    page.locator("#preset input").click()
+    page.get_by_role("option", name="Arithmetic: correctness + format").click()
+    expect(page.get_by_label("Arithmetic (bundled)")).to_be_checked(timeout=30_000)
+    expect(page.get_by_label("…or a hub id / local folder")).to_have_value(str(two_runs[1] / "merged"))

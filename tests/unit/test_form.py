@@ -174,6 +174,20 @@ def test_a_preset_fills_model_and_prompts_too():
     assert back.dataset == RunConfig().dataset and back.rewards == RunConfig().rewards
 
 
+def test_a_preset_keeps_a_next_stages_model(tmp_path, monkeypatch):
+    """After *Train a next stage from it*, the model box holds a run's model: a preset picked then sets what the
+    stage teaches and keeps that model; any other typed model is the preset's to replace."""
+    from pipeline.run_folder import runs
+    from ui.train_form import fill_preset
+
+    monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
+    stage_model = str(runs.runs_dir() / "20261129-034631-smollm2-tldr" / "merged")
+    values = fill_preset("Arithmetic: correctness + format", model_custom=stage_model)
+    assert values["model_custom"] == stage_model and values["source"] == "Arithmetic (bundled)"
+    assert fill_preset("Arithmetic: correctness + format", model_custom="org/other")["model_custom"] == ""
+    assert fill_preset("Quick CPU demo")["model_custom"] == ""
+
+
 def test_the_upload_choice_reads_as_the_files_it_takes_and_keeps_its_api_value():
     from ui.form import SOURCE_SHOWN, SOURCES
 
