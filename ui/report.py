@@ -102,9 +102,9 @@ def report_html(run_dir: str | Path, now: datetime.datetime | None = None) -> st
     started, ended = status.get("started_at"), status.get("ended_at")
     took = f" · ran {views.fmt_seconds(ended - started)}" if isinstance(started, (int, float)) and isinstance(
         ended, (int, float)) and ended >= started else ""
+    model = stages.model_label(config.get("model")) or ""  # a next stage's: the run and step it started from
     sections = [f"<h1>{html.escape(name)}</h1>",
-                f"<div class='gs-report-where'>{html.escape(str(stages.model_label(config.get('model')) or ''))} · "
-                f"prompts: "
+                f"<div class='gs-report-where'>{html.escape(str(model))} · prompts: "
                 f"{html.escape(str((config.get('dataset') or {}).get('source', '')))}{took}</div>",
                 views.progress_html(name, status, rows, max_steps),
                 probes_view.outcome_html(evals, state, next_steps=False,

@@ -123,7 +123,7 @@ def runs_table():
 def disk_text(path: Path) -> str:
     """A run's size on disk, and the part it shares with another run (a next stage's start model is the earlier
     run's merged files, hard-linked): deleting either run gives that part back only once both are gone."""
-    size, own = disk.tree_bytes(path), disk.tree_bytes(path, linked=False)
+    size, own = disk.tree_sizes(path)
     return disk.size_text(size) + (f" ({disk.size_text(size - own)} shared)" if size - own >= 2**20 else "")
 
 

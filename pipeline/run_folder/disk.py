@@ -23,27 +23,34 @@ def tree_bytes(path: str | Path, linked: bool = True) -> int:
     whose model is a link to another folder counts the link only; a file removed while counting counts 0.
     Not `linked`: a file with another name too (a next stage's hard-linked model) counts 0, so the figure is
     what removing `path` gives back."""
+    total, own = tree_sizes(path)
+    return total if linked else own
+
+
+def tree_sizes(path: str | Path) -> tuple[int, int]:
+    """tree_bytes both ways in one walk: (all the bytes, the bytes of files with no other name)."""
     try:
         st = os.lstat(path)
     except OSError:
-        return 0
+        return 0, 0
     if not stat.S_ISDIR(st.st_mode):  # a file, or a link (lstat does not follow it)
-        return st.st_size if linked or st.st_nlink < 2 or stat.S_ISLNK(st.st_mode) else 0
-    total = 0
+        return st.st_size, st.st_size if st.st_nlink < 2 or stat.S_ISLNK(st.st_mode) else 0
+    total = own = 0
     try:
         entries = list(os.scandir(path))
     except OSError:
-        return 0
+        return 0, 0
     for entry in entries:
         try:
             if entry.is_dir(follow_symlinks=False):
-                total += tree_bytes(entry.path, linked)
+                sizes = tree_sizes(entry.path)
             else:
                 st = entry.stat(follow_symlinks=False)
-                total += st.st_size if linked or st.st_nlink < 2 or entry.is_symlink() else 0
+                sizes = st.st_size, st.st_size if st.st_nlink < 2 or entry.is_symlink() else 0
         except OSError:
             continue
-    return total
+        total, own = total + sizes[0], own + sizes[1]
+    return total, own
 
 
 def size_text(n: int) -> str:
