@@ -130,10 +130,12 @@ def comparison_html(run_dirs: list[str | Path], now: datetime.datetime | None = 
     configs = run_configs(paths)
     metrics = {name: runs.read_metrics(path) for name, path in paths.items()}
     evals = {name: runs.read_evals(path) for name, path in paths.items()}
+    offsets = stages.step_offsets(paths)  # a next stage's curves go on from the run it came from, when it is here
     title = f"{len(paths)} runs compared"
     sections = [f"<h1>{html.escape(title)}</h1>", runs_rows_html(paths),
                 compare_view.settings_diff_html(configs),
-                "<h2>Curves</h2>", curves_html(metrics, evals, reward_names(configs)),
+                "<h2>Curves</h2>", curves_html(stages.shifted(metrics, offsets), stages.shifted(evals, offsets),
+                                               reward_names(configs)),
                 "<h2>Held-out answers side by side</h2>"]
     prompts = answers_view.shared_prompts(evals)
     if prompts:

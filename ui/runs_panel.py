@@ -167,7 +167,9 @@ def compare_runs(selected: list[str], curve: str | None = charts.DEFAULT_COMPARE
     reward = curve.removeprefix(charts.REWARD_CURVE) if curve.startswith(charts.REWARD_CURVE) else None
     source, key, _ = charts.COMPARE_CURVES.get(curve, ("metrics", "rewards", ""))
     read = runs.read_evals if source == "evals" else runs.read_metrics
-    rows = {name: read(p) for name in selected or [] if (p := run_path(name))}
+    paths = {name: p for name in selected or [] if (p := run_path(name))}
+    # A next stage ticked with the run it came from goes on from that run's last step, as one curve across stages.
+    rows = stages.shifted({name: read(p) for name, p in paths.items()}, stages.step_offsets(paths))
     steps = [r["step"] for run_rows in rows.values() for r in run_rows]
     frame = charts.compare_frame(rows, key, reward)
     # The axis starts at 0 for every curve: a plot whose x limits change in the same update as its data is drawn

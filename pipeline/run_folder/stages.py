@@ -172,3 +172,33 @@ def next_label(model: str | None) -> str | None:
     stem = re.sub(r"^\d{8}-\d{6}-", "", found[0].name)
     stem = re.sub(r"-stage\d+(-\d+)?$", "", stem) or "run"
     return f"{stem}-stage{int(stage_record(*found).get('stage') or 2)}"
+
+
+def step_offsets(paths: dict[str, Path]) -> dict[str, int]:
+    """For each run in `paths` that is a next stage of another run in `paths` (directly, or through stages also in
+    it), how many steps its curves move right to go on from that run's: the step its model came from, plus that
+    run's own move. Runs drawn without the run they came from keep their own steps (none is in the answer)."""
+    came_from = {}
+    for name, path in paths.items():
+        record = lineage((read_json(Path(path) / run_files.CONFIG) or {}).get("model"))
+        if record and record.get("run") in paths and record["run"] != name:
+            came_from[name] = (record["run"], int(record.get("step") or 0))
+
+    def offset(name: str, seen: frozenset = frozenset()) -> int:
+        if name not in came_from or name in seen:
+            return 0
+        earlier, step = came_from[name]
+        return step + offset(earlier, seen | {name})
+
+    return {name: offset(name) for name in came_from}
+
+
+def shifted(rows_by_run: dict[str, list[dict]], offsets: dict[str, int]) -> dict[str, list[dict]]:
+    """Each run's rows (metrics or probes) with their steps moved by its offset from step_offsets, for a chart.
+
+    >>> shifted({"a": [{"step": 0}, {"step": 2}], "b": [{"step": 1}]}, {"a": 11})
+    {'a': [{'step': 11}, {'step': 13}], 'b': [{'step': 1}]}
+    """
+    return {name: [{**row, "step": int(row.get("step") or 0) + offsets[name]} for row in rows] if offsets.get(name)
+            else rows for name, rows in rows_by_run.items()}
+

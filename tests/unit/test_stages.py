@@ -143,3 +143,27 @@ def test_two_stages_of_one_run_compare_by_where_they_started(own_runs):
     table = runs_table().set_index("run")
     assert all(table.loc[run.name, "disk"].endswith("(1 MiB shared)") for run in (first, a, b))
     assert table.loc[a.name, "model"] == f"↳ {first.name}, step 11"
+
+
+def test_a_stage_drawn_with_the_run_it_came_from_goes_on_from_its_last_step(own_runs):
+    """The overlay: ticked with the run it came from, a next stage's curves start where that run's ended (its steps
+    count on from the step it took the model at, through every stage ticked); ticked without it, from step 0."""
+    from ui.runs_panel import compare_runs
+
+    first = finished_run(step=11)
+    second = runner.start("train", cfg=RunConfig(model=str(first / run_files.MERGED)), label="second")
+    runs.write_status(second, "finished", step=3)
+    (second / run_files.MERGED).mkdir()
+    (second / run_files.MERGED / run_files.CONFIG).write_text("{}")
+    third = runner.start("train", cfg=RunConfig(model=str(second / run_files.MERGED)), label="third")
+    for run_dir, steps in ((first, 11), (second, 3), (third, 2)):
+        for step in range(1, steps + 1):
+            runs.append_jsonl(run_dir / run_files.METRICS, {"step": step, "reward": float(step)})
+    paths = {p.name: p for p in (first, second, third)}
+    assert stages.step_offsets(paths) == {second.name: 11, third.name: 14}
+    assert stages.step_offsets({second.name: second, third.name: third}) == {third.name: 3}
+    assert stages.step_offsets({first.name: first, third.name: third}) == {}  # the stage between is not drawn
+    plot, _ = compare_runs(list(paths), "Train reward")
+    drawn = plot.value["data"]
+    steps = {name: sorted(row[0] for row in drawn if row[2] == name) for name in paths}
+    assert steps == {first.name: list(range(1, 12)), second.name: [12, 13, 14], third.name: [15, 16]}
