@@ -168,6 +168,11 @@ def show_command(allow_custom: bool, nproc, run_name: str = "", **form):
                                                   allow_custom_rewards=allow_custom, python=".venv/bin/python"))
     summary = (f"# {cfg.max_steps} steps, G={cfg.num_generations}, {cfg.max_completion_length} completion tokens, "
                f"rewards: {', '.join(r.name for r in cfg.rewards) or 'none'}")
+    staged = stages.model_in_run(cfg.model)
+    if staged:  # headless, the trainer reads the model where it is; the queue takes it into the run as Start does
+        summary += (f"\n# a next stage of {staged[0].name}: run headless, it reads that run's model in place (resuming "
+                    f"or deleting {staged[0].name} changes it); to give the run its own copy, queue it instead:\n"
+                    f"#   .venv/bin/python -m pipeline.queue add --after {staged[0].name} --config <this config.json>")
     return (f"{summary}\n# 1. save this as {placeholder / run_files.CONFIG}\n# 2. run it headless:\n{single}\n"
             f"# ...or on 2 processes / GPUs:\n{multi}\n\n# config.json\n{cfg.to_json()}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.run_folder import run_files, stages
 from pipeline.setup.config import RunConfig
 
 
@@ -45,10 +46,14 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
         checks.append(Check("dataset", False, str(exc)))
         train = []
     try:
+        staged = stages.model_in_run(cfg.model)  # a next stage: the model a run ended with
+        model_problems = [*model_problems, *filter(None, [stages.problem(cfg.model)])]
         if model_problems:
             raise ModelError(" ".join(model_problems))
         tokenizer = load_tokenizer(resolve_model(cfg.model))
-        checks.append(Check("model", True, f"'{cfg.model}' can be loaded."))
+        checks.append(Check("model", True, (
+            f"The model run '{staged[0].name}' ended with can be loaded; Start takes it into the new run as its own "
+            "(start_model/)." if staged and staged[1].name == run_files.MERGED else f"'{cfg.model}' can be loaded.")))
     except (ModelError, OSError, ValueError) as exc:
         checks.append(Check("model", False, str(exc)))
         tokenizer = None

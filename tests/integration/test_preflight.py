@@ -71,3 +71,23 @@ def test_pre_flight_scores_custom_code_in_another_process(bundled_model_dir, tmp
     message = run_preflight(True, progress=lambda *a, **k: None, **form)
     assert "✅ **rewards**: Every reward scored a sample: custom_python=1." in message, message
     assert int(marker.read_text()) != os.getpid()
+
+
+def test_a_next_stage_is_named_and_a_gone_run_refused(bundled_model_dir, studio_data):
+    """A next stage's model, the merged folder of a run: pre-flight names the run and says Start takes the model
+    into the new run; a run deleted since is refused under the model's heading, as Start refuses it."""
+    import shutil
+
+    from pipeline.run_folder import runs
+
+    run_dir = runs.new_run_dir("preflight-stage")
+    runs.write_json_atomic(run_dir / "config.json", RunConfig().to_dict())
+    runs.write_status(run_dir, "finished", step=3)
+    (run_dir / "merged").symlink_to(bundled_model_dir, target_is_directory=True)
+    cheap = dict(rewards=[RewardSpec("length_target")], model=str(run_dir / "merged"))
+    checks = by_name(preflight(RunConfig(**cheap)))
+    assert checks["model"].ok and checks["model"].message.startswith(
+        f"The model run '{run_dir.name}' ended with can be loaded; Start takes it into the new run")
+    shutil.rmtree(run_dir)
+    checks = by_name(preflight(RunConfig(**cheap)))
+    assert not checks["model"].ok and f"Run '{run_dir.name}' is no longer on disk" in checks["model"].message

@@ -74,6 +74,17 @@ def test_a_next_stage_keeps_its_starting_model_when_the_earlier_run_is_resumed_o
     assert (base / "model.safetensors").read_bytes() == WEIGHTS
 
 
+def test_show_command_says_a_headless_stage_reads_the_earlier_runs_model_in_place(own_runs):
+    from ui.form import config_to_form
+    from ui.train_form import show_command
+
+    first = finished_run()
+    text = show_command(False, 1, **config_to_form(RunConfig(model=str(first / run_files.MERGED))))
+    assert f"# a next stage of {first.name}: run headless, it reads that run's model in place" in text
+    assert f"pipeline.queue add --after {first.name} --config" in text
+    assert "a next stage" not in show_command(False, 1, **config_to_form(RunConfig()))
+
+
 def test_stages_count_on_and_name_their_first_model(own_runs):
     first = finished_run()
     second = runner.start("train", cfg=RunConfig(model=str(first / run_files.MERGED)), label="second")
