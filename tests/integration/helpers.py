@@ -10,6 +10,8 @@ from pathlib import Path
 from pipeline.run_folder import runs
 from pipeline.setup.config import RunConfig
 
+from . import forked
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Small but real: G=4, one prompt per step, short completions so CPU steps take seconds. Probes and the
@@ -57,15 +59,15 @@ def train_cmd(run_dir: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "pipeline.train", "--run-dir", str(run_dir), *extra]
 
 
-def start(run_dir: Path, *extra: str) -> subprocess.Popen:
-    log = open(run_dir / "stdout.log", "ab")
-    return subprocess.Popen(train_cmd(run_dir, *extra), cwd=ROOT, env=os.environ.copy(), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+def start(run_dir: Path, *extra: str):
+    """The trainer in a session of its own, its output into the run's stdout.log; a Popen, or what
+    tests/integration/forked.py gives in its place (pid, poll, wait, signals)."""
+    log = str(run_dir / "stdout.log")
+    return forked.popen(train_cmd(run_dir, *extra), stdout=log, stderr=log, new_session=True)
 
 
 def run(run_dir: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(train_cmd(run_dir, *extra), cwd=ROOT, env=os.environ.copy(), capture_output=True,
-                          text=True, timeout=timeout)
+    return forked.run(train_cmd(run_dir, *extra), timeout=timeout)
 
 
 def fake_trainer(run_dir, seconds: float = 120, finish: bool = True) -> list[str]:

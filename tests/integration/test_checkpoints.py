@@ -3,26 +3,25 @@ the worst moment (after transformers' rotation, before the new checkpoint is mar
 continues the trainer's own state, and Chat refuses a checkpoint that was never marked complete."""
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 
 import pytest
 
 from pipeline.run_folder import run_files, runs
 
-from .helpers import ROOT, make_run, run, status, tiny_settings
+from . import forked
+from .helpers import make_run, run, status, tiny_settings
 
 pytestmark = pytest.mark.slow
 
 
 def run_with_spy(run_dir, rotations, *extra, kill_at=None):
-    env = {**os.environ, "ROTATION_LOG": str(rotations)}
+    env = {"ROTATION_LOG": str(rotations)}
     if kill_at is not None:
         env["ROTATION_KILL_AT"] = str(kill_at)
-    return subprocess.run([sys.executable, "-m", "tests.integration.rotation_spy", "--run-dir", str(run_dir), *extra],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return forked.run([sys.executable, "-m", "tests.integration.rotation_spy", "--run-dir", str(run_dir), *extra],
+                      timeout=900, own_env=env)
 
 
 def steps_on_disk(run_dir, complete_only=True):

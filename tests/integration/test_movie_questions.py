@@ -2,7 +2,6 @@
 held-out questions, with accuracy beside retrieval recall in eval.json and the CLI report."""
 
 import json
-import subprocess
 import sys
 
 import pytest
@@ -11,7 +10,8 @@ from pipeline.run_folder import runs
 from pipeline.setup.config import RunConfig
 from pipeline.setup.presets import apply_preset
 
-from .helpers import QUICK, ROOT, run
+from . import forked
+from .helpers import QUICK, run
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +30,8 @@ def test_movie_preset_trains_a_step_and_evaluates(bundled_model_dir):
     held = json.loads((run_dir / "eval_prompts.json").read_text())
     assert len(held) >= 40 and all("retrieved" in r and "candidates" in r for r in held)
 
-    out = subprocess.run([sys.executable, "-m", "pipeline.evaluate", "--run-dir", str(run_dir), "--limit", "2"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = forked.run([sys.executable, "-m", "pipeline.evaluate", "--run-dir", str(run_dir), "--limit", "2"],
+                     timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads((run_dir / "eval.json").read_text())
     for side in ("base", "tuned"):

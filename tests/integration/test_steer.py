@@ -14,15 +14,15 @@ from pipeline.run_folder import run_files, runs
 from pipeline.setup import steering as steer
 from pipeline.setup.config import RunConfig
 
+from . import forked
 from .helpers import ROOT, make_run, status
 
 pytestmark = pytest.mark.slow
 
 
 def run_with_spy(run_dir, spy_log, *extra, **env):
-    return subprocess.run([sys.executable, "-m", "tests.integration.steer_spy", "--run-dir", str(run_dir), *extra],
-                          cwd=ROOT, env={**os.environ, "STEER_SPY_LOG": str(spy_log), **env},
-                          capture_output=True, text=True, timeout=900)
+    return forked.run([sys.executable, "-m", "tests.integration.steer_spy", "--run-dir", str(run_dir), *extra],
+                      timeout=900, own_env={"STEER_SPY_LOG": str(spy_log), **env})
 
 
 def used(spy_log, step):

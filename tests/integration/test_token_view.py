@@ -3,15 +3,14 @@ and entropies in tokens.jsonl are the ones the loss pass computed for that compl
 trainer's hooks, tests/integration/token_spy.py), and its tokens joined are the completion's text in groups.jsonl.
 Rows reach the loss shuffled and split into two micro-batches, on the shared-prompt path and on TRL's."""
 
-import os
-import subprocess
 import sys
 
 import pytest
 
 from pipeline.run_folder import runs, token_log
 
-from .helpers import ROOT, make_run, status, tiny_settings
+from . import forked
+from .helpers import make_run, status, tiny_settings
 
 pytestmark = pytest.mark.slow
 
@@ -25,9 +24,8 @@ def test_each_completions_token_values_are_the_loss_pass_values_of_that_completi
     run_dir = make_run("tokens", **tiny_settings(tiny_model_dir), batch_size=8, gradient_accumulation_steps=2,
                        fast_engine=fast_engine, max_steps=2)
     spy_log = tmp_path / "spy.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "tests.integration.token_spy", "--run-dir", str(run_dir)],
-                          cwd=ROOT, env={**os.environ, "TOKEN_SPY_LOG": str(spy_log)}, capture_output=True,
-                          text=True, timeout=600)
+    proc = forked.run([sys.executable, "-m", "tests.integration.token_spy", "--run-dir", str(run_dir)],
+                      timeout=600, own_env={"TOKEN_SPY_LOG": str(spy_log)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert status(run_dir)["state"] == "finished"
 

@@ -7,6 +7,7 @@ import pytest
 from pipeline.run_folder import runs
 from pipeline.rewards.advantages import batch_advantages, group_stats, zero_std_share
 
+from . import forked
 from .helpers import DEFAULT_REWARDS, status
 
 pytestmark = pytest.mark.slow
@@ -122,11 +123,10 @@ def test_merged_model_loads_generates_and_matches_base_plus_adapter(finished_run
 
 
 def test_evaluate_scores_base_and_tuned(finished_run):
-    import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "pipeline.evaluate", "--run-dir", str(finished_run), "--limit", "3"],
-                          capture_output=True, text=True, timeout=600)
+    proc = forked.run([sys.executable, "-m", "pipeline.evaluate", "--run-dir", str(finished_run), "--limit", "3"],
+                      timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((finished_run / "eval.json").read_text())
     assert result["n"] == 3 and len(result["samples"]) == 3
