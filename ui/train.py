@@ -347,7 +347,8 @@ def build(ctx: TabContext) -> Tab:
         refreshed = refresh_btn.click(refresh_runs, run_select, listed)
         then_hint(refreshed)
         compare.change(compare_settings, compare, compared, show_progress="hidden", api_visibility="private")
-        for changed in (compare.change, answer_source.change):
+        # Refresh list draws the ticked runs again too: one still training has new steps and probes since its tick.
+        for changed in (compare.change, answer_source.change, refreshed.then):
             changed(compare_answers, [compare, answer_pick, answer_source], [answer_pick, answers],
                     show_progress="hidden", api_visibility="private")
         answer_pick.input(picked_answers, [compare, answer_pick, answer_source], answers, show_progress="hidden",
@@ -363,9 +364,6 @@ def build(ctx: TabContext) -> Tab:
                     api_visibility="private").then(
                 compare_runs, [compare, compare_curve], [compare_plot, overlay_map], api_visibility="private").then(
                 overlay_colors, overlay_map, compare_plot, show_progress="hidden", api_visibility="private")
-        # Refresh list draws the ticked runs again too: one still training has new steps and probes since its tick.
-        refreshed.then(compare_answers, [compare, answer_pick, answer_source], [answer_pick, answers],
-                       show_progress="hidden", api_visibility="private")
         refreshed.then(compare_runs, [compare, compare_curve], [compare_plot, overlay_map], show_progress="hidden",
                        api_visibility="private").then(
             overlay_colors, overlay_map, compare_plot, show_progress="hidden", api_visibility="private")

@@ -47,7 +47,8 @@ def preflight(cfg: RunConfig, allow_custom_rewards: bool = False) -> list[Check]
         train = []
     try:
         staged = stages.model_in_run(cfg.model)  # a next stage: the model a run ended with
-        model_problems = [*model_problems, *filter(None, [stages.problem(cfg.model)])]
+        if stage_problem := stages.problem(cfg.model):  # a run still training, or gone
+            model_problems.append(stage_problem)
         if model_problems:
             raise ModelError(" ".join(model_problems))
         tokenizer = load_tokenizer(resolve_model(cfg.model))

@@ -196,7 +196,6 @@ def _child(job: dict) -> None:
         if target != devnull:
             os.close(target)
     os.close(devnull)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
 def serve(address: str, imports_set: dict) -> dict:
@@ -212,7 +211,7 @@ def serve(address: str, imports_set: dict) -> dict:
     sel.register(listener, selectors.EVENT_READ)
     waiting: dict[int, socket.socket] = {}  # job pid -> the connection its exit status goes back on
     while os.getppid() == parent:
-        for key, _ in sel.select(timeout=0.05):
+        for _ in sel.select(timeout=0.05):
             conn, _ = listener.accept()
             with conn.makefile("rb") as lines:
                 job = json.loads(lines.readline())
