@@ -223,6 +223,49 @@ def clipped_completions(rows: list[dict], config: dict | None = None) -> Warning
         "If more than half are still cut off near the end of the run, raise max_completion_length.", level="note")
 
 
+def _values(rows: list[dict], key: str) -> list[float]:
+    return [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+
+
+def entropy_collapse(rows: list[dict]) -> Warning_ | None:
+    """Token entropy below ENTROPY_FLOOR, or below ENTROPY_DROP of where the run started (last WINDOW steps' mean).
+    A warning while the groups' reward spread falls with it (the sign that sampling is running out of variety); a
+    note while the spread holds: a task with one short right answer makes the model sure of itself, and the groups
+    still teach. Steps that logged no reward std (a batch trained on again) are left out of the spread.
+
+    >>> falling = [{"step": s, "entropy": 2.0 / s} for s in range(1, 11)]
+    >>> entropy_collapse([dict(r, reward_std=1.0) for r in falling]).level
+    'note'
+    >>> entropy_collapse([dict(r, reward_std=1.0 / r["step"]) for r in falling]).level
+    'warn'
+    >>> entropy_collapse([dict(r, entropy=2.0, reward_std=0.1) for r in falling]) is None
+    True
+    """
+    ent = _values(rows, "entropy")
+    if len(ent) < WINDOW:
+        return None
+    start, now = ent[0], sum(ent[-WINDOW:]) / WINDOW
+    if not (now < ENTROPY_FLOOR or (start > 0 and now < ENTROPY_DROP * start)):
+        return None
+    stds = _values(rows, "reward_std")
+    first, last = stds[:WINDOW], stds[-WINDOW:]
+    spread_then = sum(first) / len(first) if first else None
+    spread_now = sum(last) / len(last) if last else None
+    fell = f"Token entropy fell from {start:.2f} to {now:.2f}"
+    if spread_then and spread_now is not None and len(stds) > WINDOW and spread_now >= 0.5 * spread_then:
+        return Warning_(
+            "entropy_collapse", "Entropy is low, and the groups still differ",
+            f"{fell}, but the reward std is {spread_now:.2g} against {spread_then:.2g} at the start, so the groups "
+            "still teach. A task with one short right answer (a number, a name) makes the model sure of itself.",
+            "If the reward std falls towards 0 too, raise the temperature or lower the learning rate.", level="note")
+    spread = (f" and the reward std from {spread_then:.2g} to {spread_now:.2g}"
+              if spread_then and spread_now is not None and len(stds) > WINDOW else "")
+    return Warning_(
+        "entropy_collapse", "Entropy collapse",
+        f"{fell}{spread}: the model is becoming deterministic and the group will stop varying.",
+        "Raise the temperature, lower the learning rate, or add token_diversity.")
+
+
 def health_warnings(rows: list[dict], evals: list[dict] | None = None, config: dict | None = None) -> list[Warning_]:
     """Warnings for the latest steps. Needs WINDOW steps before judging trends (and PROBE_WINDOW
     probes, from evals.jsonl, before comparing train and held-out reward). `config` (the run's, as a dict) lets
@@ -255,15 +298,9 @@ def health_warnings(rows: list[dict], evals: list[dict] | None = None, config: d
     clipped = clipped_completions(rows, config)
     if clipped:
         out.append(clipped)
-    ent = [r["entropy"] for r in rows if isinstance(r.get("entropy"), (int, float))]
-    if len(ent) >= WINDOW:
-        start, now = ent[0], sum(ent[-WINDOW:]) / WINDOW
-        if now < ENTROPY_FLOOR or (start > 0 and now < ENTROPY_DROP * start):
-            out.append(Warning_(
-                "entropy_collapse", "Entropy collapse",
-                f"Token entropy fell from {start:.2f} to {now:.2f}: the model is becoming deterministic and the "
-                "group will stop varying.",
-                "Raise the temperature, lower the learning rate, or add token_diversity."))
+    collapse = entropy_collapse(rows)
+    if collapse:
+        out.append(collapse)
     hacking = reward_hacking(rows)
     if hacking:
         out.append(hacking)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import make_run, run
+from .helpers import make_run, run, said
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,8 @@ def shared_run(bundled_model_dir) -> SharedRun:
                        probe_prompts=2, max_completion_length=16)
     created = (run_dir / "config.json").read_bytes()
     proc = run(run_dir, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, said(proc.stderr)
     first_state = json.loads((run_dir / "checkpoint-1" / "trainer_state.json").read_text())
     proc = run(run_dir, "--resume", "--steps", "2", timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, said(proc.stderr)
     return SharedRun(run_dir, created, first_state)

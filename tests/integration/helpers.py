@@ -70,6 +70,16 @@ def run(run_dir: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedP
     return forked.run(train_cmd(run_dir, *extra), timeout=timeout)
 
 
+def said(stderr: str, tail: int = 3000) -> str:
+    """What a failed job printed, for an assertion's message: its last `tail` characters, and when it crashed, the
+    start of the dump that faulthandler printed (the crashing threads' stacks come before a long module list)."""
+    text = stderr or ""
+    crash = text.find("Fatal Python error")
+    if crash < 0 or crash >= len(text) - tail:
+        return text[-tail:]
+    return text[crash:crash + tail] + "\n[...]\n" + text[-tail:]
+
+
 def fake_trainer(run_dir, seconds: float = 120, finish: bool = True) -> list[str]:
     """A stand-in trainer command that behaves like the trainer towards the status file: says it is running,
     waits, obeys SIGTERM (writing "stopped"), and says "finished" after `seconds` when `finish`. It obeys

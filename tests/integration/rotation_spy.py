@@ -8,7 +8,6 @@ $ROTATION_LOG, and with $ROTATION_KILL_AT=N it SIGKILLs the trainer right there:
 kill, since the newest checkpoint is not marked complete yet.
 """
 
-import json
 import os
 import signal
 import sys

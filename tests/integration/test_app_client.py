@@ -5,7 +5,7 @@ import pytest
 from .helpers import serve_app
 
 from pipeline.run_folder import runs
-from pipeline.setup.config import RewardSpec, RunConfig
+from pipeline.setup.config import RunConfig
 from ui.live_view import PART_OUTPUTS
 
 # What the live view's /refresh returns, by name, in the API's order: each output once, as ui/train.py lists them,
@@ -83,7 +83,8 @@ def post_json(url: str, payload: dict) -> tuple[int, object]:
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             status, body = response.status, response.read()

@@ -11,7 +11,7 @@ import pytest
 from pipeline.run_folder import run_files, runs
 
 from . import forked
-from .helpers import make_run, run, status, tiny_settings
+from .helpers import make_run, run, said, status, tiny_settings
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def test_keep_checkpoints_keeps_the_newest_complete_ones_and_a_kill_after_rotati
     rotations = tmp_path / "rotations.jsonl"
 
     proc = run_with_spy(run_dir, rotations)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, said(proc.stderr)
     assert status(run_dir)["state"] == "finished"
     # Exactly the two newest are left, both complete.
     assert steps_on_disk(run_dir, complete_only=False) == steps_on_disk(run_dir) == [3, 4]
@@ -44,13 +44,13 @@ def test_keep_checkpoints_keeps_the_newest_complete_ones_and_a_kill_after_rotati
 
     # SIGKILL right after transformers rotated at save 5, before checkpoint-5 got its marker.
     proc = run_with_spy(run_dir, rotations, "--resume", "--steps", "5", kill_at=5)
-    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert proc.returncode == -9, said(proc.stderr)
     assert status(run_dir)["state"] == "failed"
     assert steps_on_disk(run_dir) == [3, 4] and steps_on_disk(run_dir, complete_only=False) == [3, 4, 5]
 
     # Resume drops the unmarked checkpoint-5 and continues from checkpoint-4.
     proc = run(run_dir, "--resume", "--steps", "6")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, said(proc.stderr)
     assert status(run_dir)["state"] == "finished"
     assert "Resuming from checkpoint-4" in (run_dir / "train.log").read_text()
     assert [r["step"] for r in runs.read_metrics(run_dir)][-1] == 6

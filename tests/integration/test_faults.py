@@ -11,7 +11,7 @@ import pytest
 from pipeline.run_folder import run_files, runs
 from pipeline.setup.config import RewardSpec
 
-from .helpers import ROOT, make_run, run, start, status, tiny_settings, wait_for
+from .helpers import ROOT, make_run, run, said, start, status, tiny_settings, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def test_sigterm_stops_cleanly_then_resume_continues(tiny_model_dir):
     assert stopped_at == st["step"] >= 1
 
     proc = run(run_dir, "--resume", "--steps", str(stopped_at + 1))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, said(proc.stderr)
     assert status(run_dir)["state"] == "finished"
     assert [r["step"] for r in runs.read_metrics(run_dir)][-1] == stopped_at + 1
     assert f"Resuming from checkpoint-{stopped_at}" in (run_dir / "train.log").read_text()
@@ -64,7 +64,7 @@ def test_a_model_that_cannot_load_fails_the_run_in_words_without_a_traceback():
     run_dir = make_run("nomodel", model=str(folder))
     proc = run(run_dir)
     folder.rmdir()
-    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.returncode == 1, said(proc.stderr)
     st = status(run_dir)
     assert st["state"] == "failed" and st["error"] == (
         f"The folder '{folder}' has no config.json, so it is not a transformers model."), st
@@ -77,7 +77,7 @@ def test_skip_policy_keeps_training_and_records_warnings(tiny_model_dir):
     run_dir = make_run("skipreward", model=str(tiny_model_dir), max_steps=1, reward_errors="skip",
                        rewards=[RewardSpec("length_target"), RewardSpec("custom_python", 1.0, {"code": code})])
     proc = run(run_dir, "--allow-custom-rewards")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, said(proc.stderr)
     row = runs.read_metrics(run_dir)[0]
     assert row["warnings"] and "custom_python" in row["warnings"][0]
     first = runs.read_groups(run_dir)[0]["groups"][0]["completions"][0]
@@ -129,7 +129,7 @@ def test_sigkill_during_a_checkpoint_save_reads_as_failed_and_resume_skips_every
         fh.write('{"step": 99, "reward": ')
     resumed_at = time.time()
     proc = run(run_dir, "--resume", "--steps", str(resume_step + 1))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, said(proc.stderr)
     assert status(run_dir)["state"] == "finished"
     assert not caught.exists() or (caught / run_files.CHECKPOINT_MARKER).exists()
     assert not partial.exists()
@@ -204,7 +204,7 @@ def test_a_full_disk_during_a_checkpoint_save_fails_in_plain_words_and_resumes(t
 
     resume_step = runs.checkpoint_step(last)
     done = run(run_dir, "--resume", "--steps", str(resume_step + 1))  # a new process: no limit
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, said(done.stderr)
     assert status(run_dir)["state"] == "finished"
     assert f"Resuming from checkpoint-{resume_step}" in (run_dir / "train.log").read_text()
 
@@ -291,8 +291,8 @@ def test_a_model_too_big_for_memory_reads_as_out_of_memory_in_chat_and_in_the_ru
                            capture_output=True, text=True, timeout=300)
     chat = [json.loads(line[5:]) for line in child.stdout.splitlines() if line.startswith("CHAT ")]
     assert chat and chat[0].startswith("⚠️ Out of memory while loading the model or generating. "), (
-        chat, child.stderr[-3000:])
-    assert child.returncode == 1, child.stderr[-3000:]
+        chat, said(child.stderr))
+    assert child.returncode == 1, said(child.stderr)
     st = status(run_dir)
     assert st["state"] == "failed", st
     assert st["error"].startswith("Out of memory while training. "), st["error"]

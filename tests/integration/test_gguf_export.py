@@ -4,7 +4,6 @@ shape and tensors that llama.cpp's own converter wrote into the GGUF the bundled
 GGUF generates what its merged model does."""
 
 import importlib.util
-import shutil
 from pathlib import Path
 
 import pytest

@@ -102,7 +102,8 @@ def test_reward_bench_samples_with_the_model_chat_uses(app):
     before = {id(c): (c.loads, c.keys()) for c in _caches()}
     text, summary = client.predict(BUNDLED_MODEL_ID, "Say hello.", 3, 1.0, 6, api_name="/sample_group")
     assert str(summary).startswith("Sampled 3 completions") and str(text).count("\n---\n") == 2, (text, summary)
-    grown = [c for c in _caches() if BUNDLED_MODEL_ID in c.keys() and BUNDLED_MODEL_ID not in before.get(id(c), (0, []))[1]]
+    grown = [c for c in _caches()
+             if BUNDLED_MODEL_ID in c.keys() and BUNDLED_MODEL_ID not in before.get(id(c), (0, []))[1]]
     assert len(grown) == 1, "the sampled model must be loaded into the app's model cache"
     cache = grown[0]
     loads = cache.loads

@@ -11,7 +11,7 @@ from pipeline.setup.config import RunConfig
 from pipeline.setup.presets import apply_preset
 
 from . import forked
-from .helpers import QUICK, run
+from .helpers import QUICK, run, said
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ def test_movie_preset_trains_a_step_and_evaluates(bundled_model_dir):
 
     out = forked.run([sys.executable, "-m", "pipeline.evaluate", "--run-dir", str(run_dir), "--limit", "2"],
                      timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.returncode == 0, said(out.stderr)
     result = json.loads((run_dir / "eval.json").read_text())
     for side in ("base", "tuned"):
         task = result[side]["task"]

@@ -38,7 +38,8 @@ def test_a_two_step_run_probes_steps_0_1_and_2(shared_run, bundled_model_dir):
     from pipeline.models.loading import load_model
 
     base, tok = load_model(str(bundled_model_dir))
-    expected = generate_batch(base, tok, [r["prompt"] for r in held_out], max_new_tokens=config["max_completion_length"])
+    expected = generate_batch(base, tok, [r["prompt"] for r in held_out],
+                              max_new_tokens=config["max_completion_length"])
     assert [s["completion"] for s in evals[0]["samples"]] == expected
 
 

@@ -10,7 +10,7 @@ import pytest
 from pipeline.run_folder import runs
 from pipeline.setup.config import RewardSpec
 
-from .helpers import make_run, run, status
+from .helpers import make_run, run, said, status
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +19,7 @@ def test_every_step_of_a_run_that_reuses_its_batches_has_a_metrics_line(tiny_mod
     run_dir = make_run("reused-batches", model=str(tiny_model_dir), num_iterations=2, max_steps=4,
                        rewards=[RewardSpec("length_target", 1.0, {}), RewardSpec("token_diversity", 1.0, {})])
     proc = run(run_dir)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, said(proc.stderr)
     assert status(run_dir)["state"] == "finished"
 
     rows = runs.read_metrics(run_dir)

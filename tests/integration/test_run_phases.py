@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from .helpers import ROOT, make_run, status, tiny_settings
+from .helpers import ROOT, make_run, said, status, tiny_settings
 
 # The trainer, with every status write's `phase` recorded as it is written.
 WITH_PHASE_LOG = """
@@ -30,7 +30,7 @@ def test_the_trainer_says_what_it_does_between_steps(tiny_model_dir, tmp_path):
     log = tmp_path / "phases.jsonl"
     done = subprocess.run([sys.executable, "-c", WITH_PHASE_LOG, str(run_dir), str(log)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, said(done.stderr)
     written = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(w["phase"], w["steps"]) for w in written] == [
         ("loading the model", 0),

@@ -10,7 +10,7 @@ from pipeline import runner, spare_worker
 from pipeline.run_folder import jobstate, runs
 from pipeline.setup.config import RunConfig
 
-from .helpers import QUICK, make_run, poll, run, tiny_settings, wait_for
+from .helpers import QUICK, make_run, poll, run, said, tiny_settings, wait_for
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_a_run_started_in_a_spare_trains_as_a_fresh_process_does_and_a_new_spare
 
     fresh = make_run("fresh", **settings)
     done = run(fresh)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, said(done.stderr)
     assert rewards(run_dir) == rewards(fresh) and len(rewards(fresh)) == 2  # the same run, step by step
 
 

@@ -1,6 +1,6 @@
-"""Steering a real run (pipeline/setup/steering.py, pipeline/training/steer_trainer.py): the trainer uses a new reward weight,
-learning rate and temperature from the step after the change and the old ones before it; a refused value is
-recorded with Start's message; a run killed with -9 and resumed keeps the steered values and applies the
+"""Steering a real run (pipeline/setup/steering.py, pipeline/training/steer_trainer.py): the trainer uses a new
+reward weight, learning rate and temperature from the step after the change and the old ones before it; a refused
+value is recorded with Start's message; a run killed with -9 and resumed keeps the steered values and applies the
 change asked for while it was down. Two trainer starts, three steps in all."""
 
 import json
@@ -15,7 +15,7 @@ from pipeline.setup import steering as steer
 from pipeline.setup.config import RunConfig
 
 from . import forked
-from .helpers import ROOT, make_run, status
+from .helpers import ROOT, make_run, said, status
 
 pytestmark = pytest.mark.slow
 
@@ -35,8 +35,8 @@ def used(spy_log, step):
 
 
 def test_steered_values_apply_from_the_next_step_and_survive_a_kill_and_resume(tiny_model_dir, tmp_path):
-    run_dir = make_run("steer", model=str(tiny_model_dir), max_steps=3, save_steps=2, lr_scheduler="constant", learning_rate=3e-4,
-                       temperature=1.0, beta=0.04)
+    run_dir = make_run("steer", model=str(tiny_model_dir), max_steps=3, save_steps=2, lr_scheduler="constant",
+                       learning_rate=3e-4, temperature=1.0, beta=0.04)
     spy_log = tmp_path / "spy.jsonl"
     names = [spec.name for spec in RunConfig().rewards]  # length_target, token_diversity, post_similarity
     # After step 1 a user asks for a temperature Start refuses, then for three changes at once. Right after
@@ -44,7 +44,7 @@ def test_steered_values_apply_from_the_next_step_and_survive_a_kill_and_resume(t
     asked = [{"temperature": 0}, {"learning_rate": 1e-4, "temperature": 0.7, "weights": {"length_target": 0}}]
     proc = run_with_spy(run_dir, spy_log, STEER_AT="1", STEER_REQUESTS=json.dumps(asked), STEER_KILL_AT="2",
                         STEER_PENDING=json.dumps({"temperature": 0.5, "beta": 0.0}))
-    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert proc.returncode == -9, said(proc.stderr)
 
     # Step 1 trained with the config's values; step 2, the one after the change, with the new ones.
     before, after = used(spy_log, 1), used(spy_log, 2)
@@ -71,7 +71,7 @@ def test_steered_values_apply_from_the_next_step_and_survive_a_kill_and_resume(t
 
     # Resume: the recorded changes hold from the first step, and the waiting request is applied there.
     proc = run_with_spy(run_dir, spy_log, "--resume")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, said(proc.stderr)
     assert status(run_dir)["state"] == "finished"
     resumed = used(spy_log, 3)
     assert resumed["weights"] == [0.0, 1.0, 2.0] and resumed["lr"] == pytest.approx(1e-4)
@@ -100,7 +100,7 @@ def test_every_torchrun_rank_applies_rank_0s_change_at_the_same_step(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            "-m", "tests.integration.steer_ranks", str(tmp_path)],
                           cwd=ROOT, env=os.environ.copy(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, said(proc.stderr)
     seen = [json.loads((tmp_path / f"seen-{rank}.json").read_text()) for rank in (0, 1)]
     assert seen[0] == seen[1]
     assert seen[1]["weights"] == seen[1]["metrics_weights"] == [1.0, 0.0, 2.0]

@@ -10,7 +10,7 @@ import pytest
 from pipeline.run_folder import runs, token_log
 
 from . import forked
-from .helpers import make_run, status, tiny_settings
+from .helpers import make_run, said, status, tiny_settings
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ def test_each_completions_token_values_are_the_loss_pass_values_of_that_completi
     spy_log = tmp_path / "spy.jsonl"
     proc = forked.run([sys.executable, "-m", "tests.integration.token_spy", "--run-dir", str(run_dir)],
                       timeout=600, own_env={"TOKEN_SPY_LOG": str(spy_log)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, said(proc.stderr)
     assert status(run_dir)["state"] == "finished"
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)

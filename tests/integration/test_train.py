@@ -8,7 +8,7 @@ from pipeline.run_folder import runs
 from pipeline.rewards.advantages import batch_advantages, group_stats, zero_std_share
 
 from . import forked
-from .helpers import DEFAULT_REWARDS, status
+from .helpers import DEFAULT_REWARDS, said, status
 
 pytestmark = pytest.mark.slow
 
@@ -127,7 +127,7 @@ def test_evaluate_scores_base_and_tuned(finished_run):
 
     proc = forked.run([sys.executable, "-m", "pipeline.evaluate", "--run-dir", str(finished_run), "--limit", "3"],
                       timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, said(proc.stderr)
     result = json.loads((finished_run / "eval.json").read_text())
     assert result["n"] == 3 and len(result["samples"]) == 3
     for side in ("base", "tuned"):

@@ -70,6 +70,22 @@ def test_entropy_collapse_relative_and_absolute():
     assert keys([row(i, entropy=0.05) for i in range(1, 4)]) == ["entropy_collapse"]
 
 
+def test_low_entropy_is_a_note_while_the_groups_still_differ():
+    """A task with one short right answer: entropy falls to a quarter while the reward spread holds (every other
+    step is a batch trained on again, which logs no reward std). The groups still teach, so the panel says so
+    calmly; the same entropy with the spread gone is the warning."""
+    still = [row(1, entropy=0.68, reward_std=0.8)] + [
+        row(i, entropy=0.12, reward_std=1.0 if i % 2 else None, frac_reward_zero_std=0.0 if i % 2 else None)
+        for i in range(2, 12)]
+    (note,) = health_warnings(still)
+    assert (note.key, note.level) == ("entropy_collapse", "note") and "the groups still teach" in note.detail, note
+    assert "ℹ Entropy is low, and the groups still differ." in views.health_html(still)
+    agreeing = [dict(r, reward_std=0.1) if r["reward_std"] is not None and r["step"] > 6 else r for r in still]
+    (warning,) = health_warnings(agreeing)
+    assert warning.level == "warn" and "and the reward std from 0.93 to 0.1:" in warning.detail, warning
+    assert "⚠ Entropy collapse." in views.health_html(agreeing)
+
+
 def test_every_warning_names_a_fix():
     bad = [row(i, reward_std=0.0, frac_reward_zero_std=1.0, kl=0.9, clipped_ratio=1.0, entropy=0.01)
            for i in range(1, 4)]
