@@ -28,14 +28,19 @@ EXAMPLES = json.loads((ASSETS / "prompts" / "chat_examples.json").read_text(enco
 SCORE_TIMEOUT_S = 30.0  # one reward scoring one reply: past this it counts as missing, and the reply's score says so
 
 
-def rewards_for(choice: str) -> tuple[list, str]:
-    """The reward specs a reply is scored with: the run's own, or the default run's for base models."""
+def _run_of(choice: str | None) -> Path | None:
     try:
-        run_dir = run_for_choice(choice)
+        return run_for_choice(choice) if choice else None
     except ChatModelError:
-        run_dir = None
-    if run_dir is not None:
-        return RunConfig.load(run_dir / run_files.CONFIG).rewards, f"rewards of {run_dir.name}"
+        return None
+
+
+def rewards_for(choice: str, partner: str | None = None) -> tuple[list, str]:
+    """The reward specs a reply is scored with: its run's own; for a base model, those of the run it is set beside
+    (`partner`, the other side's model), so both replies are scored alike; else the default run's."""
+    for run_dir, whose in ((_run_of(choice), ""), (_run_of(partner), ", as the other side's run")):
+        if run_dir is not None:
+            return RunConfig.load(run_dir / run_files.CONFIG).rewards, f"rewards of {run_dir.name}{whose}"
     return RunConfig().rewards, "the default run's rewards"
 
 
@@ -151,7 +156,7 @@ def make_handlers(cache: ModelCache):
                     reply, replied_to = text, message
             if reply is None:
                 continue
-            specs, source = rewards_for(choice)
+            specs, source = rewards_for(choice, (choice_b if label == "A" else choice_a) if side_by_side else None)
             specs, left_out = chat_scorable(specs, has_message=bool((replied_to or "").strip()))
             not_scored = f" Not scored here: {', '.join(left_out)}, which a chat has none of." if left_out else ""
             if not specs:
@@ -294,6 +299,47 @@ def held_out_prompts(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[
     return texts[:limit]
 
 
+def training_context(run_dir: Path | None, text: str) -> tuple[str, list[dict]] | None:
+    """The system prompt ("" for none) and the earlier turns (a worked example, say) that the run's held-out prompt
+    ending in the user message `text` came with, as the run trained on its prompts; None when no such prompt.
+
+    >>> import json, tempfile
+    >>> run = Path(tempfile.mkdtemp())
+    >>> shot = [{"role": "user", "content": "Calculate 1 + 1"}, {"role": "assistant", "content": "<answer>2</answer>"}]
+    >>> _ = (run / run_files.EVAL_PROMPTS).write_text(json.dumps([{"prompt": "Post\\n\\nTL;DR:"}, {"prompt": [
+    ...     {"role": "system", "content": "Answer in tags."}, *shot, {"role": "user", "content": "Calculate 2 + 5"}]}]))
+    >>> training_context(run, "Calculate 2 + 5") == ("Answer in tags.", shot)
+    True
+    >>> training_context(run, "Post\\n\\nTL;DR:"), training_context(run, "Calculate 9 + 9")
+    (('', []), None)
+    """
+    for row in held_out_rows(run_dir):
+        prompt = row.get("prompt")
+        if prompt == text:
+            return "", []
+        if not isinstance(prompt, list):
+            continue
+        turns = [m for m in prompt if isinstance(m, dict) and isinstance(m.get("content"), str)]
+        if not turns or turns[-1].get("role") != "user" or turns[-1]["content"] != text:
+            continue
+        system = turns[0]["content"] if turns[0].get("role") == "system" else ""
+        return system, [{"role": m["role"], "content": m["content"]} for m in turns[:-1]
+                        if m.get("role") in ("user", "assistant")]
+    return None
+
+
+def held_out_pick(sample: list, choice_a: str | None):
+    """A held-out prompt clicked: a new conversation as the run saw that prompt. Its system prompt and earlier
+    turns (a worked example) go in, on both sides, and the prompt into the box; the last scores go with the
+    conversation they scored. (box, system prompt, chat A, chat B, scores)"""
+    text = sample[0] if sample else ""
+    found = training_context(_run_of(choice_a), text)
+    if found is None:  # the run changed under the page: the text alone
+        return text, gr.skip(), gr.skip(), gr.skip(), gr.skip()
+    system, turns = found
+    return text, system, turns, [dict(m) for m in turns], ""
+
+
 def held_out_examples(choice: str | None) -> gr.Dataset:
     """Model A's run's held-out prompts as examples to send (hidden for a base model): the prompts the run was
     probed and evaluated on, in the form it trained on, where what GRPO changed shows best."""
@@ -350,12 +396,14 @@ def build(ctx: TabContext) -> Tab:
             clear = gr.Button("Clear", scale=1)
         gr.Examples([[e] for e in EXAMPLES], inputs=box, label="Example prompts")
         held_out = gr.Dataset(components=[box], samples=[], visible=False, elem_id="chat-held-out",
-                              label="Held-out prompts of model A's run: never trained on, written as in training")
+                              label="Held-out prompts of model A's run, never trained on. A click starts a new "
+                                    "conversation as the run saw the prompt: its system prompt and any worked example "
+                                    "included (see Generation settings)")
         with gr.Row():
             score_btn = gr.Button("Score last replies with the run's rewards", elem_id="chat-score")
         scores = gr.Markdown(elem_id="chat-scores")
         with gr.Accordion("Generation settings", open=False):
-            system = gr.Textbox(label="System prompt", placeholder="Optional")
+            system = gr.Textbox(label="System prompt", placeholder="Optional", elem_id="chat-system")
             with gr.Row():
                 max_tokens = gr.Slider(8, MAX_REPLY_TOKENS, value=96, step=8, label="Max new tokens",
                                        elem_id="chat-max-tokens")
@@ -403,7 +451,8 @@ def build(ctx: TabContext) -> Tab:
     choice_a.change(held_out_examples, choice_a, held_out, show_progress="hidden", api_visibility="private")
     choice_a.change(follow_a, [choice_a, choice_b, offered_b], [choice_b, offered_b], show_progress="hidden",
                     api_visibility="private")
-    held_out.click(lambda sample: sample[0], held_out, box, show_progress="hidden", api_visibility="private")
+    held_out.click(held_out_pick, [held_out, choice_a], [box, system, chat_a, chat_b, scores],
+                   show_progress="hidden", api_visibility="private")
     score_btn.click(score_replies, [chat_a, chat_b, choice_a, choice_b, side_by_side], scores)
     export_btn.click(export_run, [choice_a, ops], [export_files, export_msg, snippet], api_name="export_run").then(
         exported_views("zip"), export_files, [export_files, snippet, run_snippet], show_progress="hidden",

@@ -92,7 +92,13 @@ def test_model_as_run_brings_its_held_out_prompts_and_its_own_base_as_model_b(pa
     run_dir = evaluable_run("chat-held-out", bundled_model_dir, held_out=3)
     cfg = json.loads((run_dir / "config.json").read_text())
     (run_dir / "config.json").write_text(json.dumps({**cfg, "model": str(tiny_model_dir)}))
-    prompts = [row["prompt"][-1]["content"] for row in json.loads((run_dir / "eval_prompts.json").read_text())]
+    rows = json.loads((run_dir / "eval_prompts.json").read_text())
+    # The second prompt comes as the arithmetic prompts do: a system prompt and a worked example before it.
+    shot = [{"role": "user", "content": "Calculate 12 + 7"}, {"role": "assistant", "content": "<answer>19</answer>"}]
+    rows[1]["prompt"] = [{"role": "system", "content": "Give only the final number inside <answer></answer>."},
+                         *shot, {"role": "user", "content": "Calculate 46 - 7"}]
+    (run_dir / "eval_prompts.json").write_text(json.dumps(rows))
+    prompts = [row["prompt"][-1]["content"] for row in rows]
     page.goto(app_url)
     page.get_by_role("tab", name="Chat").click()
     expect(page.locator("#chat-model-a input")).not_to_have_value("", timeout=30_000)  # the page load listed them
@@ -105,6 +111,17 @@ def test_model_as_run_brings_its_held_out_prompts_and_its_own_base_as_model_b(pa
     samples.first.click()
     expect(page.locator("#chat-input textarea")).to_have_value(prompts[0])
     held_out.screenshot(path=str(ARTIFACTS / "chat-03-held-out-prompts.png"))
+    # A prompt trained with a system prompt and a worked example starts a conversation holding both.
+    samples.nth(1).click()
+    expect(page.locator("#chat-input textarea")).to_have_value("Calculate 46 - 7")
+    expect(page.locator("#chat-a")).to_contain_text("Calculate 12 + 7")
+    expect(page.locator("#chat-a")).to_contain_text("19")
+    page.get_by_role("button", name="Generation settings").click()
+    expect(page.locator("#chat-system textarea")).to_have_value("Give only the final number inside <answer></answer>.")
+    page.locator("#chat-a").screenshot(path=str(ARTIFACTS / "chat-04-held-out-as-trained.png"))
+    samples.first.click()  # one without them: a new conversation, with no system prompt
+    expect(page.locator("#chat-system textarea")).to_have_value("")
+    expect(page.locator("#chat-a")).not_to_contain_text("Calculate 12 + 7")
     page.locator("#chat-side input").check()
     expect(page.locator("#chat-model-b input")).to_have_value(f"{tiny_model_dir} (base of model A)",
                                                               timeout=30_000)

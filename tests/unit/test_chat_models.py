@@ -245,9 +245,31 @@ def test_a_chat_reply_is_scored_by_the_rewards_it_can_be_and_the_rest_are_named(
     assert "post_similarity = " in text and "post_similarity = -" not in text and "Not scored" not in text, text
 
     specs = [RewardSpec("length_target", 1.0, {}), RewardSpec("numeric_tolerance", 2.0, {})]
-    monkeypatch.setattr(chat, "rewards_for", lambda choice: (specs, "rewards of a run"))
+    monkeypatch.setattr(chat, "rewards_for", lambda choice, partner=None: (specs, "rewards of a run"))
     text = score_replies(history, [], "x", None, False)
     assert "Not scored here: numeric_tolerance (compares with a reference answer)" in text and "⚠️" not in text
+
+
+def test_a_base_model_beside_a_run_is_scored_with_that_runs_rewards():
+    """Side by side, base vs tuned: both replies are scored with the run's rewards, so the two totals compare. A base
+    model alone, or beside another base model, gets the default run's; a run keeps its own beside anything."""
+    from pipeline.setup.config import RewardSpec, RunConfig
+    from ui import chat
+
+    run_dir = _run("zz-scored-arith", merged=True, state="finished")
+    cfg = RunConfig(rewards=[RewardSpec("strict_format", 1.0, {}), RewardSpec("incremental_format", 1.0, {})])
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict()))
+    _, score_replies = chat.make_handlers(ModelCache())
+    said = [{"role": "user", "content": "Calculate 2 + 5"}, {"role": "assistant", "content": "<answer>7</answer>"}]
+    base = "bundled/SmolLM2-135M-Instruct"
+    a, b = score_replies(said, said, "run:zz-scored-arith", base, True).split("\n\n")
+    assert a.startswith("**A** (rewards of zz-scored-arith): strict_format = "), a
+    assert b.startswith("**B** (rewards of zz-scored-arith, as the other side's run): strict_format = "), b
+    assert a.split(": ", 1)[1] == b.split(": ", 1)[1]  # the same reply scores the same on both sides
+    b_first = score_replies(said, said, base, "run:zz-scored-arith", True)
+    assert b_first.startswith("**A** (rewards of zz-scored-arith, as the other side's run)"), b_first
+    alone = score_replies(said, said, base, "run:zz-scored-arith", False)  # B is hidden: A is a base model alone
+    assert alone.startswith("**A** (the default run's rewards)") and "**B**" not in alone, alone
 
 
 def test_held_out_prompts_are_read_as_trained_and_a_missing_or_damaged_file_offers_none(tmp_path):

@@ -168,7 +168,7 @@ def test_the_reward_bench_and_chat_scoring_report_a_regex_that_times_out(monkeyp
     assert table.empty and summary.startswith("❌ Reward 'keyword_presence' gave up"), summary
 
     spec = RewardSpec("keyword_presence", 1.0, {"pattern": BACKTRACKS})
-    monkeypatch.setattr(chat, "rewards_for", lambda choice: ([spec], "test rewards"))
+    monkeypatch.setattr(chat, "rewards_for", lambda choice, partner=None: ([spec], "test rewards"))
     _, score_replies = chat.make_handlers(cache=None)
     text = score_replies([{"role": "assistant", "content": "a" * 40 + "!"}], [], "model", "model", False)
     assert "**A**: could not be scored" in text and "⚠️ Reward 'keyword_presence' gave up" in text, text
