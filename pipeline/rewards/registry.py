@@ -51,6 +51,9 @@ class RewardDef:
     needs_answer: bool = False
     custom_code: bool = False
     needs_source: bool = False
+    # Scored from what an answer says first (a film's name, its number): one cut off at max_completion_length loses
+    # nothing this reward scores, so a short cap is a choice, not a fault.
+    reads_opening: bool = False
 
     def __post_init__(self) -> None:
         defaults = class_defaults(self.factory, self.params)
@@ -80,6 +83,9 @@ class RewardRegistry:
 
     def needs_source(self, name: str) -> bool:
         return name in self._defs and self._defs[name].needs_source
+
+    def reads_opening(self, name: str) -> bool:
+        return name in self._defs and self._defs[name].reads_opening
 
     def _coerce(self, d: RewardDef, params: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(params) - set(d.params))
@@ -164,12 +170,13 @@ reward_registry.register(RewardDef(
 reward_registry.register(RewardDef(
     "movie_title", MovieTitle,
     "1 if the answer names the right film (case, punctuation and a leading 'the/a/an' ignored) and no other "
-    "film it was given.", needs_answer=True))
+    "film it was given.", needs_answer=True, reads_opening=True))
 reward_registry.register(RewardDef(
     "film_citation", FilmCitation,
     "1 if the answer cites one of the numbered films it was given, like [2]; 0.5 for several; 0 for none.",
     {"right_film": Param(bool, "Count only a citation of the film the question is about (needs the dataset's "
-                               "answer and candidates, as Movie questions has).")}))
+                               "answer and candidates, as Movie questions has).")},
+    reads_opening=True))
 reward_registry.register(RewardDef(
     "film_details", FilmDetails,
     "1 if the answer names a film it was given and no film number, title, name, year, genre or director those "
@@ -177,7 +184,8 @@ reward_registry.register(RewardDef(
     {"right_film": Param(bool, "Count only an answer that names the film the question is about (needs the "
                                "dataset's answer and candidates, as Movie questions has)."),
      "penalty": Param(bool, "Score only what is invented: -1 for an answer that states a detail the films lack, "
-                            "0 for any other. Use it beside a reward for the right film.")}))
+                            "0 for any other. Use it beside a reward for the right film.")},
+    reads_opening=True))
 reward_registry.register(RewardDef(
     "keyword_presence", KeywordPresence, "Reward (or penalize) completions matching a regex.",
     {"pattern": Param(str, "Regular expression to look for."),

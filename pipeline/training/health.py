@@ -8,6 +8,7 @@ Each warning says what is wrong and the fix to try. Pure Python.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -158,6 +159,16 @@ def _length_reward_progress(rows: list[dict]) -> tuple[str, float | None, float 
     return (name, first, last) if last > first else None
 
 
+def _opening_rewards(rows: list[dict]) -> list[str]:
+    """The rewards the run trains (weight > 0) when every one of them is scored from what an answer says first (the
+    registry's reads_opening, as the Movie questions rewards are); [] when any one needs the whole answer."""
+    from pipeline.rewards.registry import reward_registry
+
+    trained = [n for n, w in reward_weights(rows).items() if isinstance(w, (int, float)) and w > 0]
+    base = [n if n in reward_registry.names() else re.sub(r"_\d+$", "", n) for n in trained]  # used again: "_2"
+    return trained if trained and all(reward_registry.reads_opening(n) for n in base) else []
+
+
 # About how much text a token holds, in English with the BPE tokenizers of the models people train here: enough to
 # tell a length target far above the completion cap from one below it.
 CHARS_PER_TOKEN = 4.0
@@ -210,6 +221,13 @@ def clipped_completions(rows: list[dict], config: dict | None = None) -> Warning
             f"{share}. {name}'s target is about {targets[name]:.0f} tokens, at or above max_completion_length "
             f"({cap}): every completion falls short of it, so this reward pushes them longer, not shorter.",
             "Raise max_completion_length above the target, or lower the target.")
+    opening = _opening_rewards(rows)
+    if opening:
+        return Warning_(
+            "clipped", "Completions run to the cap, which this run's rewards allow",
+            f"{share}. {', '.join(opening)} {'scores' if len(opening) == 1 else 'score'} what an answer says first, "
+            "so the cut loses nothing they read.",
+            "To read whole answers, raise max_completion_length (each step then samples longer ones).", level="note")
     progress = _length_reward_progress(rows)
     if progress is None:
         return Warning_("clipped", "Completions are cut off", f"{share}, so their endings are never scored.",

@@ -64,6 +64,25 @@ def test_a_length_target_above_the_completion_cap_is_a_warning_of_its_own():
     assert "Raise max_completion_length above the target" in views.health_html(young, config=far)
 
 
+def test_a_cap_that_only_cuts_what_the_rewards_do_not_read_is_a_note():
+    """The Movie questions preset caps answers at 24 tokens: its rewards score the film an answer names first, so
+    every completion reaching the cap hides nothing they score. Any trained reward that needs the whole answer (a
+    format reward's closing tag, here) makes it the warning again; a monitor (weight 0) does not count."""
+    movies = {"movie_title": 2.0, "film_citation": 0.5}
+    rows = [row(i, clipped_ratio=1.0, reward_weights=movies, rewards={}) for i in range(1, 4)]
+    (note,) = health_warnings(rows)
+    assert (note.key, note.level) == ("clipped", "note"), note
+    assert "movie_title, film_citation score what an answer says first" in note.detail, note
+    assert "ℹ Completions run to the cap" in views.health_html(rows)
+    again = [dict(r, reward_weights={"film_citation": 1.0, "film_citation_2": 0.5}) for r in rows]  # used twice
+    assert health_warnings(again)[0].level == "note"
+    with_monitor = [dict(r, reward_weights={**movies, "strict_format": 0.0}) for r in rows]
+    assert health_warnings(with_monitor)[0].level == "note"
+    formatted = [dict(r, reward_weights={**movies, "strict_format": 1.0}) for r in rows]
+    (warning,) = health_warnings(formatted)
+    assert (warning.title, warning.level) == ("Completions are cut off", "warn"), warning
+
+
 def test_entropy_collapse_relative_and_absolute():
     rows = [row(1, entropy=2.0)] + [row(i, entropy=0.3) for i in range(2, 5)]
     assert keys(rows) == ["entropy_collapse"]
