@@ -15,7 +15,6 @@ import os
 import re
 import shlex
 import shutil
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator

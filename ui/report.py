@@ -13,7 +13,7 @@ from markdown_it import MarkdownIt
 from pipeline.run_folder import run_files, runs, stages
 from pipeline.setup import steering
 from pipeline.setup.config import ConfigError, RunConfig
-from ui import charts, compare_view, html_page, probes_view, steer_view, views
+from ui import charts, compare_view, html_page, probes_view, views
 from ui.html_page import line_chart_svg
 
 def _figure(title: str, svg: str, wide: bool = False) -> str:
