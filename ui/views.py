@@ -276,14 +276,18 @@ EVAL_STALE = ("⚠️ The run has trained since this evaluation: these numbers a
 
 
 def eval_result_markdown(name: str, result: dict) -> str:
-    """eval.json as a table: base and tuned, mean total and each reward, then the delta and the gap closed."""
-    lines = [f"**{name}** on {result['n']} held-out prompts (greedy):", "",
-             "| | mean total | " + " | ".join(result["base"]["rewards"]) + " |",
-             "|---|---|" + "---|" * len(result["base"]["rewards"])]
-    for side in ("base", "tuned"):
-        r = result[side]
-        lines.append(f"| {side} | {r['reward_mean']:.3f} | " + " | ".join(
-            "-" if v is None else f"{v:.3f}" for v in r["rewards"].values()) + " |")
+    """eval.json as a table, a row for the mean total and one for each reward (base, tuned, change: as the run
+    header's before-and-after table, and narrow however many rewards a run scores), then the delta and the gap
+    closed."""
+    base, tuned = result["base"], result["tuned"]
+    lines = [f"**{name}** on {result['n']} held-out prompts (greedy):", "", "| | base | tuned | change |",
+             "|---|---|---|---|"]
+    rows = [("mean total", base["reward_mean"], tuned["reward_mean"]),
+            *((reward, value, tuned["rewards"].get(reward)) for reward, value in base["rewards"].items())]
+    for label, before, after in rows:
+        cells = ["-" if v is None else f"{v:.3f}" for v in (before, after)]
+        change = "-" if before is None or after is None else f"{after - before:+.3f}"
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} | {change} |")
     lines.append(f"\nDelta (tuned - base): **{result['delta']:+.3f}**")
     if result.get("gap_closed") is not None:
         lines.append(f" · gap closed: **{result['gap_closed']:.1%}**")

@@ -173,7 +173,8 @@ def test_the_evaluation_renders_from_its_files_in_views():
               "tuned": {"reward_mean": 0.5, "rewards": {"length_target": 0.5, "custom": None}},
               "delta": 1.5, "gap_closed": 0.75}
     text = eval_markdown("run-1", {"state": "finished"}, result)
-    assert "| base | -1.000 | -1.000 | - |" in text and "| tuned | 0.500 | 0.500 | - |" in text
+    assert "| | base | tuned | change |" in text and "| mean total | -1.000 | 0.500 | +1.500 |" in text
+    assert "| length_target | -1.000 | 0.500 | +1.500 |" in text and "| custom | - | - | - |" in text
     assert "Delta (tuned - base): **+1.500**" in text and "gap closed: **75.0%**" in text
     assert eval_markdown("run-1", None, ValueError("Expecting value")) == (
         "❌ **run-1**'s eval.json can't be read (Expecting value): press Evaluate to run it again.")

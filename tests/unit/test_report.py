@@ -77,7 +77,7 @@ def test_the_report_holds_the_runs_evaluation_and_says_when_it_is_out_of_date(ow
         "n": 6, "base": side([1, 2, 3, 4, 5, 6]), "tuned": side([2, 3, 4, 5, 6, 6]), "delta": 0.83, "gap_closed": 0.4})
     os.utime(run_dir / run_files.EVAL_RESULT, (time.time() + 60, time.time() + 60))  # after the run ended
     page = report_html(run_dir)
-    assert "<h2>Evaluation: base vs tuned</h2>" in page and "<td>tuned</td>" in page
+    assert "<h2>Evaluation: base vs tuned</h2>" in page and "<th>tuned</th>" in page and "<td>mean total</td>" in page
     assert "Prompt by prompt: tuned scored higher on <strong>5</strong>" in page and "above zero" in page
     assert "&lt;script&gt;" in page and "<script" not in page.lower()
     assert "trained since this evaluation" not in page
