@@ -35,20 +35,40 @@ def _run_of(choice: str | None) -> Path | None:
         return None
 
 
-def rewards_for(choice: str, partner: str | None = None) -> tuple[list, str]:
-    """The reward specs a reply is scored with: its run's own; for a base model, those of the run it is set beside
-    (`partner`, the other side's model), so both replies are scored alike; else the default run's."""
+def scoring_run(choice: str, partner: str | None = None) -> tuple[Path | None, str]:
+    """The run whose rewards score a reply, and whose it is: the model's own run; for a base model, the run it is
+    set beside (`partner`, the other side's model), so both replies are scored alike; (None, "") for neither."""
     for run_dir, whose in ((_run_of(choice), ""), (_run_of(partner), ", as the other side's run")):
         if run_dir is not None:
-            return RunConfig.load(run_dir / run_files.CONFIG).rewards, f"rewards of {run_dir.name}{whose}"
+            return run_dir, whose
+    return None, ""
+
+
+def rewards_for(choice: str, partner: str | None = None) -> tuple[list, str]:
+    """The reward specs a reply is scored with (those of `scoring_run`, else the default run's), and whose."""
+    run_dir, whose = scoring_run(choice, partner)
+    if run_dir is not None:
+        return RunConfig.load(run_dir / run_files.CONFIG).rewards, f"rewards of {run_dir.name}{whose}"
     return RunConfig().rewards, "the default run's rewards"
 
 
-def chat_scorable(specs: list, has_message: bool = True) -> tuple[list, list[str]]:
-    """The rewards that can score a chat reply, and a note for each one left out. A chat message has no reference
-    answer, so a reward that compares with one (numeric_tolerance, exact_answer) would only score "missing"; a
-    reward that compares with the text being summarised (post_similarity) compares with the user's message, as
-    the reward test bench compares with its prompt, so it needs one.
+def held_out_columns(run_dir: Path | None, message: str | None) -> dict:
+    """The columns of the run's held-out prompt whose user message is `message` (its reference answer, the post
+    it summarises, ...), as the run's rewards saw them; {} for a message that is none of them."""
+    from pipeline.training.probes import prompt_text
+
+    if not (message or "").strip():
+        return {}
+    row = next((r for r in held_out_rows(run_dir) if prompt_text(r.get("prompt")) == message), {})
+    return {key: value for key, value in row.items() if key not in ("prompt", "id")}
+
+
+def chat_scorable(specs: list, has_message: bool = True, has_answer: bool = False) -> tuple[list, list[str]]:
+    """The rewards that can score a chat reply, and a note for each one left out. A message typed in the chat has no
+    reference answer, so a reward that compares with one (numeric_tolerance, exact_answer) would only score
+    "missing" (a run's held-out prompt brings its own: `has_answer`); a reward that compares with the text being
+    summarised (post_similarity) compares with the user's message, as the reward test bench compares with its
+    prompt, so it needs one.
 
     >>> from pipeline.setup.config import RewardSpec
     >>> specs = [RewardSpec("length_target", 1.0, {}), RewardSpec("post_similarity", 2.0, {}),
@@ -58,12 +78,14 @@ def chat_scorable(specs: list, has_message: bool = True) -> tuple[list, list[str
     (['length_target', 'post_similarity'], ['numeric_tolerance (compares with a reference answer)'])
     >>> [s.name for s in chat_scorable(specs, has_message=False)[0]]
     ['length_target']
+    >>> chat_scorable(specs, has_answer=True)[1]
+    []
     """
     from pipeline.rewards.registry import reward_registry
 
     kept, left = [], []
     for spec in specs:
-        if reward_registry.needs_answer(spec.name):
+        if reward_registry.needs_answer(spec.name) and not has_answer:
             left.append(f"{spec.name} (compares with a reference answer)")
         elif reward_registry.needs_source(spec.name) and not has_message:
             left.append(f"{spec.name} (compares with the message replied to)")
@@ -156,14 +178,21 @@ def make_handlers(cache: ModelCache):
                     reply, replied_to = text, message
             if reply is None:
                 continue
-            specs, source = rewards_for(choice, (choice_b if label == "A" else choice_a) if side_by_side else None)
-            specs, left_out = chat_scorable(specs, has_message=bool((replied_to or "").strip()))
-            not_scored = f" Not scored here: {', '.join(left_out)}, which a chat has none of." if left_out else ""
+            partner = (choice_b if label == "A" else choice_a) if side_by_side else None
+            specs, source = rewards_for(choice, partner)
+            # A run's held-out prompt, sent as it is: its reference answer (and its post) score as in training.
+            columns = held_out_columns(scoring_run(choice, partner)[0], replied_to)
+            specs, left_out = chat_scorable(specs, has_message=bool((replied_to or "").strip()),
+                                            has_answer="answer" in columns)
+            not_scored = (f" Not scored here: {', '.join(left_out)}, which a typed message has none of (a held-out "
+                          "prompt of the run brings its own)." if left_out else "")
             if not specs:
                 rows.append(f"**{label}** ({source}): none of them can score a chat reply.{not_scored}")
                 continue
             funcs, weights = build_rewards(specs, policy="skip", timeout_s=SCORE_TIMEOUT_S)
-            extra = {"source": [replied_to]} if (replied_to or "").strip() else {}
+            extra = {key: [value] for key, value in columns.items()}
+            if (replied_to or "").strip() and "source" not in extra:
+                extra["source"] = [replied_to]
             result = score(funcs, weights, [reply], **extra)
             scores = ", ".join(f"{name} = {vals[0]:.3g}" if vals[0] is not None else f"{name} = -"
                                for name, vals in result["per_reward"].items())

@@ -272,6 +272,28 @@ def test_a_base_model_beside_a_run_is_scored_with_that_runs_rewards():
     assert alone.startswith("**A** (the default run's rewards)") and "**B**" not in alone, alone
 
 
+def test_a_held_out_prompt_sent_as_it_is_is_scored_against_its_reference_answer():
+    """A typed message has no reference answer, so numeric_tolerance is left out; a run's held-out prompt brings its
+    own (eval_prompts.json), so the reply to it is scored on correctness as in training, on both sides."""
+    from pipeline.setup.config import RewardSpec, RunConfig
+    from ui import chat
+
+    run_dir = _run("zz-scored-answers", merged=True, state="finished")
+    cfg = RunConfig(rewards=[RewardSpec("incremental_format", 1.0, {}), RewardSpec("numeric_tolerance", 2.0, {})])
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict()))
+    prompt = [{"role": "system", "content": "Answer in tags."}, {"role": "user", "content": "Calculate 46 - 7"}]
+    (run_dir / run_files.EVAL_PROMPTS).write_text(json.dumps([{"prompt": prompt, "answer": "39"}]))
+    _, score_replies = chat.make_handlers(ModelCache())
+    right = [{"role": "user", "content": "Calculate 46 - 7"}, {"role": "assistant", "content": "<answer>39</answer>"}]
+    wrong = [right[0], {"role": "assistant", "content": "<answer>41</answer>"}]
+    a, b = score_replies(right, wrong, "run:zz-scored-answers", "bundled/SmolLM2-135M-Instruct", True).split("\n\n")
+    assert "numeric_tolerance = 1;" in a and "Not scored" not in a, a
+    assert "numeric_tolerance = 0;" in b and "Not scored" not in b, b
+    typed = [{"role": "user", "content": "Calculate 46 - 8"}, right[1]]
+    text = score_replies(typed, [], "run:zz-scored-answers", None, False)
+    assert "Not scored here: numeric_tolerance (compares with a reference answer)" in text, text
+
+
 def test_held_out_prompts_are_read_as_trained_and_a_missing_or_damaged_file_offers_none(tmp_path):
     from ui.chat import held_out_prompts
 
