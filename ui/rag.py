@@ -46,6 +46,7 @@ EXAMPLES = [
 
 
 HELD_OUT_SHOWN = 6
+TOKENS_STEP = 8  # the answer length slider's step
 
 
 def held_out_questions(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[str]:
@@ -53,6 +54,21 @@ def held_out_questions(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> lis
     model or a run of other prompts, or when its prompts file can't be read."""
     questions = [row.get("question") for row in held_out_rows(run_dir)]
     return [q for q in questions if isinstance(q, str) and q.strip()][:limit]
+
+
+def held_out_settings(sample: list, choice: str | None) -> tuple:
+    """A held-out question clicked: it is asked as the run's evaluation asks it, so the answer here is the one
+    *Evaluate base vs tuned* scored. The top-k its prompts were built with, over the whole table (no filters),
+    greedy, no repetition penalty, at most the run's max_completion_length tokens (rounded up to the slider's step).
+    (question, top-k, from year, to year, genres, max tokens, temperature, repetition penalty)"""
+    from pipeline.setup.config import RunConfig
+
+    try:
+        cap = RunConfig.load(run_for_choice(choice) / "config.json").max_completion_length if choice else None
+    except (ChatModelError, OSError, ValueError):
+        cap = None
+    tokens = gr.skip() if cap is None else min(MAX_REPLY_TOKENS, max(TOKENS_STEP, -(-cap // TOKENS_STEP) * TOKENS_STEP))
+    return (sample[0] if sample else "", PROMPT_TOP_K, 0, 0, [], tokens, 0.0, 1.0)
 
 
 def held_out_examples(choice: str | None) -> gr.Dataset:
@@ -312,11 +328,12 @@ def build(ctx: TabContext) -> Tab:
                                            min_width=120)
                     stop_btn = gr.Button("Stop", elem_id="rag-stop", scale=1, min_width=60)
                 with gr.Accordion("Answer settings", open=False):
-                    max_tokens = gr.Slider(16, MAX_REPLY_TOKENS, value=160, step=16, label="Max new tokens",
-                                           elem_id="rag-max-tokens")
-                    temperature = gr.Slider(0, 1.5, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+                    max_tokens = gr.Slider(TOKENS_STEP, MAX_REPLY_TOKENS, value=160, step=TOKENS_STEP,
+                                           label="Max new tokens", elem_id="rag-max-tokens")
+                    temperature = gr.Slider(0, 1.5, value=0.0, step=0.05, label="Temperature (0 = greedy)",
+                                            elem_id="rag-temperature")
                     penalty = gr.Slider(1.0, 2.0, value=REPETITION_PENALTY, step=0.05, label="Repetition penalty",
-                                        info="1 = off; small models loop without it")
+                                        info="1 = off; small models loop without it", elem_id="rag-penalty")
             with gr.Column(scale=3):
                 with gr.Row():
                     answer = gr.Markdown("<div class='gs-empty'>The answer appears here, streamed.</div>",
@@ -331,7 +348,8 @@ def build(ctx: TabContext) -> Tab:
         gr.Examples(EXAMPLES, inputs=[query, year_min, year_max, genres], label="Example questions")
         held_out = gr.Dataset(components=[query], samples=[], visible=False, elem_id="rag-held-out",
                               label=f"Held-out questions of the answering model's run, never trained on: a click "
-                                    f"asks one as in training (top-k {PROMPT_TOP_K}, no filters)")
+                                    f"asks one as its evaluation does (top-k {PROMPT_TOP_K}, no filters, greedy, no "
+                                    "repetition penalty, answers as long as in training: see Answer settings)")
         with gr.Accordion("Movie table", open=False):
             table_msg = gr.Markdown()
             with gr.Row():
@@ -386,8 +404,9 @@ def build(ctx: TabContext) -> Tab:
                    api_visibility="private")
     model.change(held_out_examples, model, held_out, show_progress="hidden", api_visibility="private")
     # Cleared of filters: the run's questions were asked over the whole table.
-    held_out.click(lambda sample: (sample[0], PROMPT_TOP_K, 0, 0, []), held_out,
-                   [query, top_k, year_min, year_max, genres], show_progress="hidden", api_visibility="private")
+    held_out.click(held_out_settings, [held_out, model],
+                   [query, top_k, year_min, year_max, genres, max_tokens, temperature, penalty], show_progress="hidden",
+                   api_visibility="private")
     follow_models = watch.follow("rag-model", "rag-models-refresh", ("models",))
     return Tab(loads=(PageLoad(load, [model, offered], [status, genres, embedder, model, offered, mode]),
                       PageLoad(held_out_examples, [model], [held_out])),

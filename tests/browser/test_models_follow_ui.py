@@ -50,10 +50,16 @@ def test_a_run_that_finishes_while_the_page_is_open_is_offered_in_chat_and_rag(p
         question = "Which film from 1921 is this: a poor unmarried mother leaves her newborn in a rich family's car."
         made.append(finished_run("follow-movies", "movies", bundled_model_dir, questions=[question]))
         expect(rag_model).to_have_value(re.compile(re.escape(made[-1].name)), timeout=20_000)
-        # Its held-out questions are one click away; a click asks it as in training (top 3, no filters).
+        # Its held-out questions are one click away; a click asks it as the run's evaluation does: top 3, no
+        # filters, greedy, no repetition penalty, answers as long as the run's completions (its config's cap).
         page.locator("#rag-held-out").get_by_text("Which film from 1921").click()
         expect(page.locator("#rag-query textarea")).to_have_value(question)
         expect(page.locator("#rag-top-k input[type=number]")).to_have_value("3")
+        cap = RunConfig().max_completion_length
+        page.get_by_role("button", name="Answer settings").click()
+        expect(page.locator("#rag-max-tokens input[type=number]")).to_have_value(str(-(-cap // 8) * 8))
+        expect(page.locator("#rag-temperature input[type=number]")).to_have_value("0")
+        expect(page.locator("#rag-penalty input[type=number]")).to_have_value("1")
         page.screenshot(path=str(ARTIFACTS / "rag-held-out-questions.png"), full_page=True)
     finally:
         for run_dir in made:
