@@ -57,9 +57,9 @@ def held_out_questions(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> lis
 
 
 def held_out_settings(sample: list, choice: str | None) -> tuple:
-    """A held-out question clicked: it is asked as the run's evaluation asks it, so the answer here is the one
-    *Evaluate base vs tuned* scored. The top-k its prompts were built with, over the whole table (no filters),
-    greedy, no repetition penalty, at most the run's max_completion_length tokens (rounded up to the slider's step).
+    """A held-out question clicked: it is asked with the settings the run's evaluation answers with. The top-k its
+    prompts were built with, over the whole table (no filters), greedy, no repetition penalty, at most the run's
+    max_completion_length tokens (rounded up to the slider's step).
     (question, top-k, from year, to year, genres, max tokens, temperature, repetition penalty)"""
     from pipeline.setup.config import RunConfig
 
