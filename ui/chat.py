@@ -20,7 +20,8 @@ from pipeline.training.generate import (
 )
 from pipeline.rewards import build_rewards, score
 from ui import views, watch
-from ui.model_choices import default_choice, example_label, follow_runs, held_out_rows, model_b, reread_models
+from ui.held_out import held_out_columns, held_out_prompts, training_context
+from ui.model_choices import default_choice, example_label, follow_runs, model_b, reread_models
 from ui.tab import PageLoad, Tab, TabContext, acting
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -50,17 +51,6 @@ def rewards_for(choice: str, partner: str | None = None) -> tuple[list, str]:
     if run_dir is not None:
         return RunConfig.load(run_dir / run_files.CONFIG).rewards, f"rewards of {run_dir.name}{whose}"
     return RunConfig().rewards, "the default run's rewards"
-
-
-def held_out_columns(run_dir: Path | None, message: str | None) -> dict:
-    """The columns of the run's held-out prompt whose user message is `message` (its reference answer, the post
-    it summarises, ...), as the run's rewards saw them; {} for a message that is none of them."""
-    from pipeline.training.probes import prompt_text
-
-    if not (message or "").strip():
-        return {}
-    row = next((r for r in held_out_rows(run_dir) if prompt_text(r.get("prompt")) == message), {})
-    return {key: value for key, value in row.items() if key not in ("prompt", "id")}
 
 
 def chat_scorable(specs: list, has_message: bool = True, has_answer: bool = False) -> tuple[list, list[str]]:
@@ -309,52 +299,6 @@ def push_refresh(choice: str):
     except ChatModelError:
         return gr.skip()
     return gr.skip() if message is None else message
-
-
-HELD_OUT_SHOWN = 6
-
-
-def held_out_prompts(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[str]:
-    """The first held-out prompts of a run (never trained on), as the model saw them in training: the text of
-    each prompt's last user message. Empty for a base model, or for a run whose prompts file can't be read."""
-    texts = []
-    for row in held_out_rows(run_dir):
-        prompt = row.get("prompt")
-        if isinstance(prompt, list):  # chat messages: the last user turn
-            prompt = next((m.get("content") for m in reversed(prompt)
-                           if isinstance(m, dict) and m.get("role") == "user"), None)
-        if isinstance(prompt, str) and prompt.strip():
-            texts.append(prompt)
-    return texts[:limit]
-
-
-def training_context(run_dir: Path | None, text: str) -> tuple[str, list[dict]] | None:
-    """The system prompt ("" for none) and the earlier turns (a worked example, say) that the run's held-out prompt
-    ending in the user message `text` came with, as the run trained on its prompts; None when no such prompt.
-
-    >>> import json, tempfile
-    >>> run = Path(tempfile.mkdtemp())
-    >>> shot = [{"role": "user", "content": "Calculate 1 + 1"}, {"role": "assistant", "content": "<answer>2</answer>"}]
-    >>> _ = (run / run_files.EVAL_PROMPTS).write_text(json.dumps([{"prompt": "Post\\n\\nTL;DR:"}, {"prompt": [
-    ...     {"role": "system", "content": "Answer in tags."}, *shot, {"role": "user", "content": "Calculate 2 + 5"}]}]))
-    >>> training_context(run, "Calculate 2 + 5") == ("Answer in tags.", shot)
-    True
-    >>> training_context(run, "Post\\n\\nTL;DR:"), training_context(run, "Calculate 9 + 9")
-    (('', []), None)
-    """
-    for row in held_out_rows(run_dir):
-        prompt = row.get("prompt")
-        if prompt == text:
-            return "", []
-        if not isinstance(prompt, list):
-            continue
-        turns = [m for m in prompt if isinstance(m, dict) and isinstance(m.get("content"), str)]
-        if not turns or turns[-1].get("role") != "user" or turns[-1]["content"] != text:
-            continue
-        system = turns[0]["content"] if turns[0].get("role") == "system" else ""
-        return system, [{"role": m["role"], "content": m["content"]} for m in turns[:-1]
-                        if m.get("role") in ("user", "assistant")]
-    return None
 
 
 def held_out_pick(sample: list, choice_a: str | None):

@@ -3,8 +3,6 @@ user picks one, Model B on the base model of Model A's run, and lists re-read as
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import gradio as gr
 
@@ -104,13 +102,3 @@ def follow_runs(a: str | None, b: str | None, offered: str | None, offered_b: st
         return reread_models(a, b, offered, offered_b)
     choices = chat_choices()
     return gr.Dropdown(choices=choices), gr.Dropdown(choices=model_b(a, b, b, choices)[0]), gr.skip(), gr.skip()
-
-
-def held_out_rows(run_dir: Path | None) -> list[dict]:
-    """A run's held-out prompt rows (never trained on), as the trainer wrote them; [] for a base model, or when none
-    were written (eval_fraction 0) or the file is damaged."""
-    try:
-        rows = json.loads((run_dir / run_files.EVAL_PROMPTS).read_text(encoding="utf-8")) if run_dir else []
-    except (OSError, ValueError):
-        return []
-    return [row for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []

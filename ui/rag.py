@@ -7,11 +7,11 @@ from __future__ import annotations
 import html
 import queue
 import threading
-from pathlib import Path
 
 import gradio as gr
 
 from pipeline.rewards.grounding import check_answer, check_markdown, marked
+from pipeline.run_folder import run_files
 from pipeline.setup.movie_questions import PROMPT_TOP_K
 from pipeline.training.generate import (MAX_REPLY_TOKENS, ChatModelError, ModelCache, base_choice, chat_choices,
                                        empty_reply, generation_error_message, run_for_choice)
@@ -27,7 +27,8 @@ from ui.rag_table import MAP_FIELDS, UPLOAD_TYPES, bundled_genres, make_table_ha
     table_state
 from ui.tab import PageLoad, Tab, TabContext
 from ui import watch
-from ui.model_choices import default_choice, dropdown_update, example_label, held_out_rows, refreshed_choice
+from ui.held_out import held_out_questions
+from ui.model_choices import default_choice, dropdown_update, example_label, refreshed_choice
 
 ANSWER_SOURCE = "movies"  # the prompts a run is tuned on to answer from retrieved plots (the Movie questions preset)
 
@@ -45,15 +46,7 @@ EXAMPLES = [
 ]
 
 
-HELD_OUT_SHOWN = 6
 TOKENS_STEP = 8  # the answer length slider's step
-
-
-def held_out_questions(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[str]:
-    """The first questions a Movie questions run held out (never trained on), as asked in training; [] for a base
-    model or a run of other prompts, or when its prompts file can't be read."""
-    questions = [row.get("question") for row in held_out_rows(run_dir)]
-    return [q for q in questions if isinstance(q, str) and q.strip()][:limit]
 
 
 def held_out_settings(sample: list, choice: str | None) -> tuple:
@@ -64,7 +57,7 @@ def held_out_settings(sample: list, choice: str | None) -> tuple:
     from pipeline.setup.config import RunConfig
 
     try:
-        cap = RunConfig.load(run_for_choice(choice) / "config.json").max_completion_length if choice else None
+        cap = RunConfig.load(run_for_choice(choice) / run_files.CONFIG).max_completion_length if choice else None
     except (ChatModelError, OSError, ValueError):
         cap = None
     tokens = gr.skip() if cap is None else min(MAX_REPLY_TOKENS, max(TOKENS_STEP, -(-cap // TOKENS_STEP) * TOKENS_STEP))

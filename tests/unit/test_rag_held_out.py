@@ -6,7 +6,7 @@ from pipeline.run_folder import runs
 
 
 def test_a_movie_questions_runs_held_out_questions_and_none_for_other_runs(tmp_path, monkeypatch):
-    from ui.rag import HELD_OUT_SHOWN, held_out_questions
+    from ui.held_out import HELD_OUT_SHOWN, held_out_questions
 
     monkeypatch.setenv("GRPO_STUDIO_DATA", str(tmp_path))
     movies = runs.new_run_dir("movies")
