@@ -1,13 +1,15 @@
 """The Runs panel's held-out answers side by side: for the ticked runs, one held-out prompt's answer from each run's
 last probe (or its last evaluation), best scored first, marked against the base model's answer, and a table of how
 each run did on the prompts they all answered. Pure functions over each run's evals.jsonl rows, or eval.json made
-into rows like them (no gradio), tested directly."""
+into rows like them (no gradio; run_answer_rows reads them from a run folder), tested directly."""
 
 from __future__ import annotations
 
 import hashlib
 import html
+from pathlib import Path
 
+from pipeline.run_folder import run_files, runs
 from ui.charts import _finite
 from ui.probes_view import fmt_score, task_key, word_diff_html
 
@@ -46,6 +48,16 @@ def evaluation_rows(result, step: int) -> list[dict]:
                      "samples": [{"prompt": s.get("prompt", ""), "completion": s.get(side, ""),
                                   "total": s.get(f"{side}_total")} for s in samples]})
     return rows
+
+
+def run_answer_rows(path: Path, source: str) -> list[dict] | None:
+    """A run's answers to compare: its probes (evals.jsonl), or its last evaluation as probe-like rows (None when it
+    has not been evaluated)."""
+    if source != EVALUATION:
+        return runs.read_evals(path)
+    steps = [r["step"] for r in runs.read_metrics(path) if isinstance(r.get("step"), int)]
+    rows = evaluation_rows(runs.read_json(path / run_files.EVAL_RESULT), max(steps or [0]))
+    return rows or None
 
 
 def prompt_key(prompt: str) -> str:
@@ -172,10 +184,12 @@ def _prompts(n: int) -> str:
     return "held-out prompt" if n == 1 else f"{n} held-out prompts"
 
 
-def prompt_answers_html(evals_by_run: dict[str, list[dict]], prompt: str, head: str | None = None) -> str:
+def prompt_answers_html(evals_by_run: dict[str, list[dict]], prompt: str, head: str | None = None,
+                        source: str = PROBES) -> str:
     """The ticked runs' answers to `prompt`: the base model's answer (once, when every run that has one gave the
-    same), then each run's at its last probe, best total first, its new words marked against its base answer.
-    `head`: the line that opens the whole prompt (the Runs panel's default keeps it folded under a summary)."""
+    same), then each run's at its last probe (or evaluation: `source`), best total first, its new words marked
+    against its base answer. `head`: the line that opens the whole prompt (the Runs panel's default keeps it folded
+    under a summary)."""
     found = {name: (_answer(evals, prompt, True), _answer(evals, prompt, False))
              for name, evals in evals_by_run.items()}
     answered = {name: pair for name, pair in found.items() if pair[0] is not None}
@@ -211,7 +225,8 @@ def prompt_answers_html(evals_by_run: dict[str, list[dict]], prompt: str, head: 
     missing = [name for name in evals_by_run if name not in answered]
     if missing:
         out.append(f"<div class='gs-answers-note'>Not among the held-out prompts of {html.escape(', '.join(missing))}"
-                   " (other prompts or seed, or probes off).</div>")
+                   + (" (other prompts or seed, or probes off).</div>" if source == PROBES else
+                      " (other prompts or seed, or fewer prompts evaluated).</div>"))
     return "".join(out)
 
 
@@ -228,4 +243,4 @@ def answers_html(evals_by_run: dict[str, list[dict]], picked: str | None = None,
         return NO_PROBES
     prompt = next((p for p in prompts if prompt_key(p) == picked), prompts[0])
     return (f"<div class='gs-answers' data-prompt='{prompt_key(prompt)}'>{summary_html(evals_by_run, source)}"
-            f"{prompt_answers_html(evals_by_run, prompt)}{LEGEND}</div>")
+            f"{prompt_answers_html(evals_by_run, prompt, source=source)}{LEGEND}</div>")

@@ -124,6 +124,19 @@ def runs_rows_html(paths: dict[str, Path]) -> str:
             + "</tr>" + "".join(f"<tr>{''.join(r[:keep])}</tr>" for r in rows) + "</table>")
 
 
+def answers_section(evals: dict[str, list[dict]], source: str) -> list[str]:
+    """The runs' answers to every prompt they all answered, from their probes or their evaluations: the summary
+    table, then each prompt's answers side by side; [] when they share no prompt."""
+    prompts = answers_view.shared_prompts(evals)
+    if not prompts:
+        return []
+    return [answers_view.summary_html(evals, source),
+            *(f"<h3>Prompt {i}: {html.escape(answers_view.short_prompt(prompt, 90))}</h3>"
+              + answers_view.prompt_answers_html(evals, prompt, head="The whole prompt", source=source)
+              for i, prompt in enumerate(prompts, 1)),
+            answers_view.LEGEND]
+
+
 def comparison_html(run_dirs: list[str | Path], now: datetime.datetime | None = None) -> str:
     """The comparison of the runs in `run_dirs` (two or more), as their files stand on disk now."""
     paths = {Path(p).name: Path(p) for p in run_dirs}
@@ -136,17 +149,14 @@ def comparison_html(run_dirs: list[str | Path], now: datetime.datetime | None = 
                 compare_view.settings_diff_html(configs),
                 "<h2>Curves</h2>", curves_html(stages.shifted(metrics, offsets), stages.shifted(evals, offsets),
                                                reward_names(configs)),
-                "<h2>Held-out answers side by side</h2>"]
-    prompts = answers_view.shared_prompts(evals)
-    if prompts:
-        sections.append(answers_view.summary_html(evals))
-        for i, prompt in enumerate(prompts, 1):
-            sections.append(f"<h3>Prompt {i}: {html.escape(answers_view.short_prompt(prompt, 90))}</h3>"
-                            + answers_view.prompt_answers_html(
-                evals, prompt, head="The whole prompt"))
-        sections.append(answers_view.LEGEND)
-    else:
-        sections.append("<p>None of these runs has answered a held-out prompt (probes off, or no probe yet).</p>")
+                "<h2>Held-out answers side by side</h2>",
+                *(answers_section(evals, answers_view.PROBES) or [
+                    "<p>None of these runs has answered a held-out prompt (probes off, or no probe yet).</p>"])]
+    evaluated = {name: rows for name, path in paths.items()
+                 if (rows := answers_view.run_answer_rows(path, answers_view.EVALUATION))}
+    # Every held-out prompt their evaluations answered, where two or more runs were evaluated on the same prompts.
+    if len(evaluated) >= 2 and (answered := answers_section(evaluated, answers_view.EVALUATION)):
+        sections += ["<h2>Evaluation answers side by side</h2>", *answered]
     stamp = (now or datetime.datetime.now()).strftime("%Y-%m-%d %H:%M")
     sections.append(f"<footer>Written by GRPO Studio on {stamp} from the files in the runs' folders: "
                     f"{html.escape(', '.join(paths))}. Each run's own report has its groups and every setting."

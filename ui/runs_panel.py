@@ -199,16 +199,6 @@ def comparison_download(selected: list[str] | None) -> tuple[Any, str]:
                                                     "to open in any browser or send to someone.")
 
 
-def answer_rows(path: Path, source: str) -> list[dict] | None:
-    """A run's answers for the side-by-side view: its probes, or its last evaluation as probe-like rows (None when
-    it has not been evaluated)."""
-    if source != answers_view.EVALUATION:
-        return runs.read_evals(path)
-    steps = [r["step"] for r in runs.read_metrics(path) if isinstance(r.get("step"), int)]
-    rows = answers_view.evaluation_rows(runs.read_json(path / run_files.EVAL_RESULT), max(steps or [0]))
-    return rows or None
-
-
 def compare_answers(selected: list[str] | None, picked: str | None = None,
                     source: str | None = answers_view.PROBES) -> tuple[gr.Dropdown, str]:
     """The ticked runs' held-out answers side by side (ui/answers_view.py), from their last probes or their last
@@ -216,7 +206,7 @@ def compare_answers(selected: list[str] | None, picked: str | None = None,
     the answers to it. Runs not evaluated yet are named, not compared."""
     source = source or answers_view.PROBES
     paths = {name: p for name in selected or [] if (p := run_path(name))}
-    found = {name: answer_rows(path, source) for name, path in paths.items()}
+    found = {name: answers_view.run_answer_rows(path, source) for name, path in paths.items()}
     evals = {name: rows for name, rows in found.items() if rows is not None}
     missing = [name for name, rows in found.items() if rows is None]
     choices = answers_view.prompt_choices(evals) if len(evals) >= 2 else []
@@ -288,7 +278,8 @@ def stop_training(run_name: str | None, operators=(), request: gr.Request = None
     except runner.RunnerError as exc:  # another user's run
         return f"❌ {exc}"
     if stopped:
-        return f"⏹ Stop requested for **{run_name}**: it finishes the current step, then saves a checkpoint and the adapter."
+        return (f"⏹ Stop requested for **{run_name}**: it finishes the current step, then saves a checkpoint and the "
+                "adapter.")
     return f"**{run_name}** is not running."
 
 

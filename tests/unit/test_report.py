@@ -163,6 +163,19 @@ def test_ticked_runs_compare_on_one_page_with_one_colour_per_run_and_nothing_fro
         assert lines == [color] * 6, (name, lines)
     assert "Prompt 1: Summarize this post &lt;script&gt;" in page and "Base model</b>, step 0" in page
     assert "<script" not in page.lower() and "http" not in page and "OWN-CODE" not in page
+    assert "Evaluation answers side by side" not in page  # one run evaluated, with no answers kept: nothing to set beside
+    # Both evaluated, with their answers: every prompt the evaluations answered, side by side, after the probes'.
+    for run_dir, tuned in ((first, "Kept short."), (second, "Shorter still.")):
+        result = runs.read_json(run_dir / run_files.EVAL_RESULT) or {
+            "n": 1, "base": {"reward_mean": 1.0, "rewards": {}}, "tuned": {"reward_mean": 2.0, "rewards": {}},
+            "delta": 1.0}
+        runs.write_json_atomic(run_dir / run_files.EVAL_RESULT, {**result, "samples": [
+            {"prompt": "An evaluated post", "base": "A long base answer.", "tuned": tuned, "base_total": 1.0,
+             "tuned_total": 2.0}]})
+    path = comparison_download([first.name, second.name])[0].value
+    page = open(path["path"] if isinstance(path, dict) else path, encoding="utf-8").read()
+    evaluated = page.split("<h2>Evaluation answers side by side</h2>", 1)[1]
+    assert "Prompt 1: An evaluated post" in evaluated and "Kept short" in evaluated and "Shorter still" in evaluated
 
     out = tmp_path / "both.html"
     assert main(["--run-dir", str(first), "--run-dir", str(second), "--out", str(out)]) == 0
