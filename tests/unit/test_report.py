@@ -163,7 +163,7 @@ def test_ticked_runs_compare_on_one_page_with_one_colour_per_run_and_nothing_fro
         assert lines == [color] * 6, (name, lines)
     assert "Prompt 1: Summarize this post &lt;script&gt;" in page and "Base model</b>, step 0" in page
     assert "<script" not in page.lower() and "http" not in page and "OWN-CODE" not in page
-    assert "Evaluation answers side by side" not in page  # one run evaluated, with no answers kept: nothing to set beside
+    assert "Evaluation answers side by side" not in page  # one run evaluated, no answers kept: none to set beside
     # Both evaluated, with their answers: every prompt the evaluations answered, side by side, after the probes'.
     for run_dir, tuned in ((first, "Kept short."), (second, "Shorter still.")):
         result = runs.read_json(run_dir / run_files.EVAL_RESULT) or {
