@@ -12,6 +12,7 @@ import gradio as gr
 
 from pipeline.rewards.grounding import check_answer, check_markdown, marked
 from pipeline.run_folder import run_files
+from pipeline.setup.config import RunConfig
 from pipeline.setup.movie_questions import PROMPT_TOP_K
 from pipeline.training.generate import (MAX_REPLY_TOKENS, ChatModelError, ModelCache, base_choice, chat_choices,
                                        empty_reply, generation_error_message, run_for_choice)
@@ -54,8 +55,6 @@ def held_out_settings(sample: list, choice: str | None) -> tuple:
     prompts were built with, over the whole table (no filters), greedy, no repetition penalty, at most the run's
     max_completion_length tokens (rounded up to the slider's step).
     (question, top-k, from year, to year, genres, max tokens, temperature, repetition penalty)"""
-    from pipeline.setup.config import RunConfig
-
     try:
         cap = RunConfig.load(run_for_choice(choice) / run_files.CONFIG).max_completion_length if choice else None
     except (ChatModelError, OSError, ValueError):

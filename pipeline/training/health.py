@@ -270,14 +270,14 @@ def entropy_collapse(rows: list[dict]) -> Warning_ | None:
     spread_then = sum(first) / len(first) if first else None
     spread_now = sum(last) / len(last) if last else None
     fell = f"Token entropy fell from {start:.2f} to {now:.2f}"
-    if spread_then and spread_now is not None and len(stds) > WINDOW and spread_now >= 0.5 * spread_then:
+    known = bool(spread_then) and spread_now is not None and len(stds) > WINDOW  # a spread then and one since
+    if known and spread_now >= 0.5 * spread_then:
         return Warning_(
             "entropy_collapse", "Entropy is low, and the groups still differ",
             f"{fell}, but the reward std is {spread_now:.2g} against {spread_then:.2g} at the start, so the groups "
             "still teach. A task with one short right answer (a number, a name) makes the model sure of itself.",
             "If the reward std falls towards 0 too, raise the temperature or lower the learning rate.", level="note")
-    spread = (f" and the reward std from {spread_then:.2g} to {spread_now:.2g}"
-              if spread_then and spread_now is not None and len(stds) > WINDOW else "")
+    spread = f" and the reward std from {spread_then:.2g} to {spread_now:.2g}" if known else ""
     return Warning_(
         "entropy_collapse", "Entropy collapse",
         f"{fell}{spread}: the model is becoming deterministic and the group will stop varying.",
