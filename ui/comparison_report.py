@@ -125,8 +125,9 @@ def runs_rows_html(paths: dict[str, Path]) -> str:
 
 
 def answers_section(evals: dict[str, list[dict]], source: str) -> list[str]:
-    """The runs' answers to every prompt they all answered, from their probes or their evaluations: the summary
-    table, then each prompt's answers side by side; [] when they share no prompt."""
+    """The runs' answers side by side, from their probes or their evaluations (`source`): the summary table, then
+    each prompt they all answered (answers_view.shared_prompts: every run's own, with a note, when they share none);
+    [] when none answered any."""
     prompts = answers_view.shared_prompts(evals)
     if not prompts:
         return []
