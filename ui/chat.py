@@ -20,6 +20,7 @@ from pipeline.training.generate import (
 )
 from pipeline.rewards import build_rewards, score
 from ui import views, watch
+from ui.answers_view import short_prompt
 from ui.held_out import held_out_columns, held_out_prompts, training_context
 from ui.model_choices import default_choice, example_label, follow_runs, model_b, reread_models
 from ui.tab import PageLoad, Tab, TabContext, acting
@@ -154,7 +155,7 @@ def make_handlers(cache: ModelCache):
             yield histories["a"], histories["b"], gr.skip()
 
     def score_replies(hist_a, hist_b, choice_a, choice_b, side_by_side):
-        rows = []
+        rows, reference = [], None
         for label, hist, choice in (("A", hist_a, choice_a), ("B", hist_b, choice_b)):
             if label == "B" and not side_by_side:
                 continue
@@ -190,6 +191,10 @@ def make_handlers(cache: ModelCache):
             rows.append(f"**{label}** ({source}): {scores}; weighted total **{total:.3g}**.{not_scored}"
                         if total is not None else f"**{label}**: could not be scored")
             rows += [f"⚠️ {warning}" for f in funcs for warning in f.warnings]  # a reward that failed or timed out
+            if "answer" in columns:
+                reference = short_prompt(str(columns["answer"]), 120).replace("`", "'")
+        if reference is not None:  # once, under both replies
+            rows.append(f"Reference answer of this held-out prompt: `{reference}`")
         return "\n\n".join(rows) or "Nothing to score yet: send a message first."
 
     return respond, score_replies

@@ -286,9 +286,11 @@ def test_a_held_out_prompt_sent_as_it_is_is_scored_against_its_reference_answer(
     _, score_replies = chat.make_handlers(ModelCache())
     right = [{"role": "user", "content": "Calculate 46 - 7"}, {"role": "assistant", "content": "<answer>39</answer>"}]
     wrong = [right[0], {"role": "assistant", "content": "<answer>41</answer>"}]
-    a, b = score_replies(right, wrong, "run:zz-scored-answers", "bundled/SmolLM2-135M-Instruct", True).split("\n\n")
+    text = score_replies(right, wrong, "run:zz-scored-answers", "bundled/SmolLM2-135M-Instruct", True)
+    a, b, reference = text.split("\n\n")  # the reference answer is said once, under both
     assert "numeric_tolerance = 1;" in a and "Not scored" not in a, a
     assert "numeric_tolerance = 0;" in b and "Not scored" not in b, b
+    assert reference == "Reference answer of this held-out prompt: `39`", reference
     typed = [{"role": "user", "content": "Calculate 46 - 8"}, right[1]]
     text = score_replies(typed, [], "run:zz-scored-answers", None, False)
     assert "Not scored here: numeric_tolerance (compares with a reference answer)" in text, text
