@@ -21,7 +21,7 @@ from pipeline.training.generate import (
 from pipeline.rewards import build_rewards, score
 from ui import views, watch
 from ui.answers_view import short_prompt
-from ui.held_out import held_out_columns, held_out_prompts, training_context
+from ui.held_out import held_out_columns, held_out_offers, training_context
 from ui.model_choices import default_choice, example_label, follow_runs, model_b, reread_models
 from ui.tab import PageLoad, Tab, TabContext, acting
 
@@ -322,11 +322,11 @@ def held_out_examples(choice: str | None) -> gr.Dataset:
     """Model A's run's held-out prompts as examples to send (hidden for a base model): the prompts the run was
     probed and evaluated on, in the form it trained on, where what GRPO changed shows best."""
     try:
-        prompts = held_out_prompts(run_for_choice(choice)) if choice else []
+        offers = held_out_offers(run_for_choice(choice)) if choice else []
     except ChatModelError:
-        prompts = []
-    return gr.Dataset(samples=[[p] for p in prompts], sample_labels=[example_label(p) for p in prompts],
-                      visible=bool(prompts))
+        offers = []
+    return gr.Dataset(samples=[[text] for text, _ in offers], sample_labels=[example_label(name) for _, name in offers],
+                      visible=bool(offers))
 
 
 # ---- layout ------------------------------------------------------------------------------------

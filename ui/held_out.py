@@ -22,18 +22,35 @@ def held_out_rows(run_dir: Path | None) -> list[dict]:
     return [row for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []
 
 
-def held_out_prompts(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[str]:
-    """The first held-out prompts of a run (never trained on), as the model saw them in training: the text of
-    each prompt's last user message. Empty for a base model, or for a run whose prompts file can't be read."""
-    texts = []
+def held_out_offers(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[tuple[str, str]]:
+    """The first held-out prompts of a run (never trained on) as (text, what names it): the text as the model saw it
+    in training, its last user message; named by the row's question where it has one (a Movie questions prompt
+    opens with the films' list, so its first line would name them all alike), else by the text itself. Empty for a
+    base model, or for a run whose prompts file can't be read.
+
+    >>> import json, tempfile
+    >>> run = Path(tempfile.mkdtemp())
+    >>> movie = [{"role": "user", "content": "Films: [1] ... Question: Which film?"}]
+    >>> _ = (run / run_files.EVAL_PROMPTS).write_text(json.dumps([{"prompt": "A post. TL;DR:"},
+    ...                                                            {"prompt": movie, "question": "Which film?"}]))
+    >>> held_out_offers(run)
+    [('A post. TL;DR:', 'A post. TL;DR:'), ('Films: [1] ... Question: Which film?', 'Which film?')]
+    """
+    offers = []
     for row in held_out_rows(run_dir):
         prompt = row.get("prompt")
         if isinstance(prompt, list):  # chat messages: the last user turn
             prompt = next((m.get("content") for m in reversed(prompt)
                            if isinstance(m, dict) and m.get("role") == "user"), None)
         if isinstance(prompt, str) and prompt.strip():
-            texts.append(prompt)
-    return texts[:limit]
+            question = row.get("question")
+            offers.append((prompt, question if isinstance(question, str) and question.strip() else prompt))
+    return offers[:limit]
+
+
+def held_out_prompts(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[str]:
+    """The first held-out prompts' texts (held_out_offers)."""
+    return [text for text, _ in held_out_offers(run_dir, limit)]
 
 
 def training_context(run_dir: Path | None, text: str) -> tuple[str, list[dict]] | None:
