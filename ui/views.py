@@ -5,6 +5,7 @@ Pure functions (pandas, no gradio), tested directly. Charts are in ui/charts.py,
 from __future__ import annotations
 
 import html
+import time
 
 import pandas as pd
 
@@ -14,13 +15,7 @@ from pipeline.training.paired_gain import gain_sentence, paired_gain
 from ui.charts import _finite, monitor_label
 from ui.probes_view import fmt_score, task_key
 from ui import token_views
-
-
-def fmt_seconds(s) -> str:
-    if not _finite(s):
-        return "-"
-    s = int(round(s))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+from ui.clock import clock_html, clock_state, fmt_seconds
 
 
 STATE_COLORS = {"running": "#2563eb", "queued": "#6b7280", "new": "#9ca3af", "finished": "#16a34a", "stopped": "#d97706",
@@ -56,7 +51,9 @@ def generation_label(status: dict) -> str | None:
 
 
 def progress_html(run_name: str | None, status: dict, rows: list[dict], max_steps: int | None,
-                  problems: list[str] | None = None) -> str:
+                  problems: list[str] | None = None, now: float | None = None) -> str:
+    """The run header: state, device, step and time (a clock that moves between steps while it runs, ui/clock.py),
+    what the trainer does outside a step, and a bar. `now` is the app's time as it draws (the test's own in tests)."""
     if not run_name:
         return ("<div class='gs-empty'>No run selected yet. Set up a run on the left and press <b>Start</b>; "
                 "its charts, groups and log appear here while it trains.</div>")
@@ -65,9 +62,9 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
     total = max_steps or status.get("max_steps") or 0
     pct = 100 * step / total if total else 0
     last = rows[-1] if rows else {}
-    elapsed = last.get("elapsed")
-    # Time left while it runs; once it has ended, the elapsed time says it all.
-    eta = f" &nbsp; ETA {fmt_seconds(last.get('eta_seconds'))}" if state in ("queued", "running") else ""
+    # While it runs, a clock that moves; once it has ended, the elapsed time of its last step says it all.
+    clock = clock_state(status, rows, total, time.time() if now is None else now)
+    timing = clock_html(clock, elapsed=last.get("elapsed") if rows else None)
     color = STATE_COLORS.get(state, "#6b7280")
     detail = phase_text(status, has_steps=bool(rows))
     error = (f"<div class='gs-error'><b>Error:</b> {html.escape(str(status.get('error')))}</div>"
@@ -86,7 +83,7 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
         f"<div class='gs-progress' data-state='{state}' data-step='{step}'>"
         f"<div class='gs-progress-head'><span class='gs-badge' style='background:{color}'>{state}</span> "
         f"<b>{html.escape(run_name)}</b>{where} &nbsp; step <b class='gs-step'>{step}</b> / {total} &nbsp; "
-        f"{f'elapsed {fmt_seconds(elapsed)}{eta} ' if rows else ''}{detail}</div>"
+        f"{timing}{detail}</div>"
         f"<div class='gs-bar'><div style='width:{pct:.1f}%;background:{color}'></div></div>{error}</div>"
     )
 

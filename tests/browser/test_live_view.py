@@ -35,6 +35,12 @@ def running_run(name: str, max_steps: int, steps: int):
     runs.write_status(run_dir, "stopped")
 
 
+def seconds(clock: str) -> int:
+    """'1m05s' as 65."""
+    minutes, secs = re.fullmatch(r"(\d+)m(\d+)s", clock.strip()).groups()
+    return 60 * int(minutes) + int(secs)
+
+
 @pytest.fixture
 def watched_run(studio_data):
     yield from running_run("watched", max_steps=1000, steps=1)
@@ -58,7 +64,11 @@ def test_no_event_while_nothing_changes_and_a_redraw_when_a_step_lands(page, app
     expect(page.locator("#progress .gs-progress")).to_have_attribute("data-step", "1", timeout=30_000)
     page.wait_for_timeout(2_000)  # the page load's own events settle (Playwright reports requests while it waits)
     events.clear(), polls.clear()
+    elapsed_before = seconds(page.locator("#progress .gs-elapsed").inner_text())
     page.wait_for_timeout(6_000)
+    # The header's clock moves on between steps, in the page alone (ui/clock.py): a run between two steps must not
+    # read as a hung one.
+    assert seconds(page.locator("#progress .gs-elapsed").inner_text()) - elapsed_before >= 4
     assert len(polls) >= 4, polls  # the page keeps asking...
     # ...in its own Gradio session: a call with none makes the app build a new session (every component's
     # config) each second, which cost it about 50 ms of CPU a poll.
