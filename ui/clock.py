@@ -66,8 +66,11 @@ def clock_html(clock: dict | None, elapsed: float | None = None, eta: float | No
     """The header's time: a moving clock for a run on its way (`clock`, from clock_state), else the last step's
     elapsed time (and time left, when given) as they were logged.
 
-    >>> clock_html({"elapsed": 55.0, "left": 145.0, "floor": 140.0})
-    "<span class='gs-clock' data-elapsed='55.0' data-left='145.0' data-floor='140.0'>elapsed <span class='gs-elapsed'>0m55s</span> &nbsp; ETA <span class='gs-left'>2m25s</span></span> "
+    >>> moving = clock_html({"elapsed": 55.0, "left": 145.0, "floor": 140.0})
+    >>> moving.split(">")[0]
+    "<span class='gs-clock' data-elapsed='55.0' data-left='145.0' data-floor='140.0'"
+    >>> moving.count("0m55s"), moving.count("2m25s")
+    (1, 1)
     >>> clock_html(None, elapsed=280.4)
     'elapsed 4m40s '
     """

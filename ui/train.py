@@ -94,7 +94,8 @@ def build(ctx: TabContext) -> Tab:
                 gr.Markdown("### 2. Rewards")
                 rewards = gr.Dataframe(value=reward_rows(allow_custom=allow_custom), headers=REWARD_COLUMNS,
                                        datatype=["bool", "str", "number", "str"], interactive=True,
-                                       column_count=(4, "fixed"), label="Tick to use; set weight (0 = monitor) and parameters",
+                                       column_count=(4, "fixed"),
+                                       label="Tick to use; set weight (0 = monitor) and parameters",
                                        elem_id="rewards-table")
                 with gr.Accordion("What each reward does", open=False):
                     gr.Markdown(reward_docs())

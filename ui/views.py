@@ -18,8 +18,8 @@ from ui import token_views
 from ui.clock import clock_html, clock_state, fmt_seconds
 
 
-STATE_COLORS = {"running": "#2563eb", "queued": "#6b7280", "new": "#9ca3af", "finished": "#16a34a", "stopped": "#d97706",
-                "failed": "#dc2626", "damaged": "#7c2d12"}
+STATE_COLORS = {"running": "#2563eb", "queued": "#6b7280", "new": "#9ca3af", "finished": "#16a34a",
+                "stopped": "#d97706", "failed": "#dc2626", "damaged": "#7c2d12"}
 
 
 def gone_html(run_name: str) -> str:
@@ -78,7 +78,8 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
         generation_label(status)) if v)
     where = f" <span class='gs-where'>{where}</span>" if where else ""
     if status.get("device_warning"):  # e.g. a GPU box whose torch is a CPU build
-        error += f"<div class='gs-warn gs-device-warning'><b>⚠ On the CPU.</b> {html.escape(status['device_warning'])}</div>"
+        error += (f"<div class='gs-warn gs-device-warning'><b>⚠ On the CPU.</b> "
+                  f"{html.escape(status['device_warning'])}</div>")
     return (
         f"<div class='gs-progress' data-state='{state}' data-step='{step}'>"
         f"<div class='gs-progress-head'><span class='gs-badge' style='background:{color}'>{state}</span> "

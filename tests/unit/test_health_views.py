@@ -179,7 +179,7 @@ def test_reward_hacking_stays_quiet_otherwise():
 
 
 def test_the_evaluation_renders_from_its_files_in_views():
-    """The Runs panel's evaluation line is a pure function of eval_status.json and eval.json (ui/views.py: eval_markdown)."""
+    """The Runs panel's evaluation line is a pure function of eval_status.json and eval.json (views.eval_markdown)."""
     from ui.views import eval_markdown
 
     result = {"n": 8, "base": {"reward_mean": -1.0, "rewards": {"length_target": -1.0, "custom": None}},
