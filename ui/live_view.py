@@ -10,6 +10,7 @@ import gradio as gr
 
 from pathlib import Path
 
+from pipeline import runner
 from pipeline.run_folder import live, runs, stages, token_log
 from pipeline.setup import steering
 from pipeline.setup.config import RunConfig
@@ -34,7 +35,7 @@ PART_OUTPUTS = {
     "progress": ("progress", "stop_btn"),
     "charts": ("health", "reward_plot", *(f"plot_{key}" for key in charts.CHARTS), "plot_colors"),
     "probes": ("probe_plot", "probes", "probe_pick", "plot_colors"),
-    "jobs": ("eval_box",),
+    "jobs": ("eval_box", "eval_stop_btn", "push_stop_btn"),
     "runs": ("runs_table",),
     "groups": ("groups", "group_step"),
     "tokens": ("groups",),  # the token view's record: drawn only in a shaded mode (groups_view)
@@ -62,11 +63,19 @@ def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None 
     out = shown_run_view(run_name, moved & set(live.SHOWN_PARTS), group_step, probe_pick, token_mode)
     if "jobs" in moved:
         out["eval_box"] = eval_view(action_name)
+        out.update(job_stop_buttons())
     if "runs" in moved:
         out["runs_table"] = runs_table()
     if "queue" in moved:
         out.update(queue_view.queue_part(run_name, run_names()))
     return out
+
+
+def job_stop_buttons() -> dict[str, gr.Button]:
+    """The Runs panel's Stop evaluation and Stop push, usable while such a job runs (on any run: each stops the
+    panel's run's job, else the one running elsewhere), greyed otherwise, as Stop is for the training."""
+    return {"eval_stop_btn": gr.Button(interactive=bool(runner.active("eval"))),
+            "push_stop_btn": gr.Button(interactive=bool(runner.active("push")))}
 
 
 def stop_button(state: str | None) -> gr.Button:

@@ -241,8 +241,9 @@ def build(ctx: TabContext) -> Tab:
                                                       "surely; a run holds out only so many.",
                                                  elem_id="eval-prompts")
                     with gr.Row():  # the jobs' own stops, under the buttons that start them
-                        eval_stop_btn = gr.Button("Stop evaluation", size="sm", elem_id="eval-stop-btn")
-                        push_stop_btn = gr.Button("Stop push", size="sm", elem_id="push-stop-btn")
+                        eval_stop_btn = gr.Button("Stop evaluation", size="sm", interactive=False,
+                                                  elem_id="eval-stop-btn")
+                        push_stop_btn = gr.Button("Stop push", size="sm", interactive=False, elem_id="push-stop-btn")
                     with gr.Row():
                         metrics_btn = gr.Button("Download metrics (CSV)", size="sm", elem_id="metrics-btn")
                         report_btn = gr.Button("Download report (HTML)", size="sm", elem_id="report-btn")
@@ -287,7 +288,8 @@ def build(ctx: TabContext) -> Tab:
         shown = {"progress": progress_box, "stop_btn": stop_btn, "health": health, "reward_plot": reward_plot, **plots,
                  "groups": groups,
                  "group_step": group_step, "log": log, "probe_plot": probe_plot, "probes": probes_panel,
-                 "probe_pick": probe_pick, "eval_box": eval_box, "runs_table": table,
+                 "probe_pick": probe_pick, "eval_box": eval_box, "eval_stop_btn": eval_stop_btn,
+                 "push_stop_btn": push_stop_btn, "runs_table": table,
                  "queue_box": queue_box, "queue_view": queue_list, "queue_pick": queue_pick, "run_select": run_select,
                  "plot_colors": gr.State({})}  # the redrawn plots' colours, sent after their data (plot_colors)
         live_outputs = {name: shown[name] for names in PART_OUTPUTS.values() for name in names}

@@ -11,7 +11,7 @@ from ui.live_view import PART_OUTPUTS
 # What the live view's /refresh returns, by name, in the API's order: each output once, as ui/train.py lists them,
 # but a button, a state and a group, which carry no value through the API.
 REFRESH_OUTPUTS = [name for name in dict.fromkeys(name for names in PART_OUTPUTS.values() for name in names)
-                   if name not in ("stop_btn", "plot_colors", "queue_box")]
+                   if name not in ("stop_btn", "eval_stop_btn", "push_stop_btn", "plot_colors", "queue_box")]
 
 
 @pytest.fixture(scope="module")
