@@ -30,7 +30,8 @@ def clock_state(status: dict, rows: list[dict], total: int, now: float) -> dict 
     that has ended, or one that has not started.
 
     Elapsed counts from the training's start as the trainer logs it, plus the time since its last step; before
-    the first step, from the moment the trainer process started (loading the model, sampling the first group).
+    the first step, from the moment the trainer process started (loading the model, sampling the first group), and
+    so too for a resumed run until its trainer logs a step: its earlier steps' clock belongs to an earlier process.
 
     >>> row = {"step": 2, "elapsed": 40.0, "eta_seconds": 160.0, "time": 1000.0}
     >>> clock_state({"state": "running"}, [row], 10, now=1015.0)
@@ -39,18 +40,22 @@ def clock_state(status: dict, rows: list[dict], total: int, now: float) -> dict 
     140.0
     >>> clock_state({"state": "running", "started_at": 990.0}, [], 10, now=1000.0)
     {'elapsed': 10.0, 'left': None, 'floor': None}
+    >>> clock_state({"state": "running", "started_at": 90000.0}, [row], 10, now=90005.0)  # resumed a day later
+    {'elapsed': 5.0, 'left': None, 'floor': None}
     >>> clock_state({"state": "finished"}, [row], 10, now=1015.0) is None
     True
     """
     if status.get("state") not in ("queued", "running"):
         return None
-    if not rows:
-        started = status.get("started_at")
+    started = status.get("started_at")
+    last = rows[-1] if rows else {}
+    at = last.get("time")
+    if not rows or (isinstance(started, (int, float)) and isinstance(at, (int, float)) and started > at):
+        # No step yet, or none since this trainer started (a resumed run loading): its own time so far.
         if not isinstance(started, (int, float)):
             return None
         return {"elapsed": round(max(0.0, now - started), 1), "left": None, "floor": None}
-    last = rows[-1]
-    elapsed, eta, at = last.get("elapsed"), last.get("eta_seconds"), last.get("time")
+    elapsed, eta = last.get("elapsed"), last.get("eta_seconds")
     if not isinstance(elapsed, (int, float)):
         return None
     age = max(0.0, now - at) if isinstance(at, (int, float)) else 0.0
