@@ -46,6 +46,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "num_iterations": 2,
         "max_steps": 30,
         "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
+        # Right or wrong moves a probe prompt's score all at once: 8 of them put the header's before-and-after in
+        # steps of 12.5% rather than 25%. Probes answer greedily in eval mode, so training is the same either way.
+        "probe_prompts": 8,
     },
     # Questions about the bundled films, each followed by the three plots the RAG tab's search ranks first for
     # it (answer with top-k 3 in the RAG tab too); the answer is the film's title (built by
@@ -60,6 +63,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "learning_rate": 7e-4,
         "max_completion_length": 24,  # "The Cabinet of Dr. Caligari [4]" is about 12 tokens
         "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
+        # Right or wrong moves a probe prompt's score all at once: 8 of them put the header's before-and-after in
+        # steps of 12.5% rather than 25%. Probes answer greedily in eval mode, so training is the same either way.
+        "probe_prompts": 8,
     },
     # The classic GRPO run (DeepSeek-R1 style) on a GPU: GSM8K word problems, correctness + format, vLLM
     # generation when it is installed. Online only: the model and the dataset come from the Hub.
