@@ -63,9 +63,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "learning_rate": 7e-4,
         "max_completion_length": 24,  # "The Cabinet of Dr. Caligari [4]" is about 12 tokens
         "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
-        # Right or wrong moves a probe prompt's score all at once: 8 of them put the header's before-and-after in
-        # steps of 12.5% rather than 25%. Probes answer greedily in eval mode, so training is the same either way.
-        "probe_prompts": 8,
     },
     # The classic GRPO run (DeepSeek-R1 style) on a GPU: GSM8K word problems, correctness + format, vLLM
     # generation when it is installed. Online only: the model and the dataset come from the Hub.
