@@ -67,9 +67,9 @@ def clock_state(status: dict, rows: list[dict], total: int, now: float) -> dict 
     return {"elapsed": round(elapsed + age, 1), "left": round(max(floor, eta - age), 1), "floor": round(floor, 1)}
 
 
-def clock_html(clock: dict | None, elapsed: float | None = None, eta: float | None = None) -> str:
+def clock_html(clock: dict | None, elapsed: float | None = None) -> str:
     """The header's time: a moving clock for a run on its way (`clock`, from clock_state), else the last step's
-    elapsed time (and time left, when given) as they were logged.
+    elapsed time as it was logged (a run that has ended).
 
     >>> moving = clock_html({"elapsed": 55.0, "left": 145.0, "floor": 140.0})
     >>> moving.split(">")[0]
@@ -80,10 +80,7 @@ def clock_html(clock: dict | None, elapsed: float | None = None, eta: float | No
     'elapsed 4m40s '
     """
     if clock is None:
-        if elapsed is None:
-            return ""
-        left = f" &nbsp; ETA {fmt_seconds(eta)}" if eta is not None else ""
-        return f"elapsed {fmt_seconds(elapsed)}{left} "
+        return "" if elapsed is None else f"elapsed {fmt_seconds(elapsed)} "
     attrs = f"data-elapsed='{clock['elapsed']}'"
     text = f"elapsed <span class='gs-elapsed'>{fmt_seconds(clock['elapsed'])}</span>"
     if clock["left"] is not None:
