@@ -9,7 +9,7 @@ clock is off still reads right. No Gradio event: the page asks the app for nothi
 
 from __future__ import annotations
 
-import math
+from ui.charts import _finite
 
 
 def fmt_seconds(s) -> str:
@@ -18,7 +18,7 @@ def fmt_seconds(s) -> str:
     >>> fmt_seconds(65.4), fmt_seconds(3725), fmt_seconds(None)
     ('1m05s', '1h02m', '-')
     """
-    if not isinstance(s, (int, float)) or not math.isfinite(s):
+    if not _finite(s):
         return "-"
     s = int(round(s))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"

@@ -48,11 +48,6 @@ def held_out_offers(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[t
     return offers[:limit]
 
 
-def held_out_prompts(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[str]:
-    """The first held-out prompts' texts (held_out_offers)."""
-    return [text for text, _ in held_out_offers(run_dir, limit)]
-
-
 def training_context(run_dir: Path | None, text: str) -> tuple[str, list[dict]] | None:
     """The system prompt ("" for none) and the earlier turns (a worked example, say) that the run's held-out prompt
     ending in the user message `text` came with, as the run trained on its prompts; None when no such prompt.

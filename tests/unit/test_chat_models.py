@@ -297,7 +297,10 @@ def test_a_held_out_prompt_sent_as_it_is_is_scored_against_its_reference_answer(
 
 
 def test_held_out_prompts_are_read_as_trained_and_a_missing_or_damaged_file_offers_none(tmp_path):
-    from ui.held_out import held_out_prompts
+    from ui.held_out import held_out_offers
+
+    def held_out_prompts(run_dir):  # the texts Chat offers
+        return [text for text, _ in held_out_offers(run_dir)]
 
     path = tmp_path / "eval_prompts.json"
     assert held_out_prompts(None) == [] and held_out_prompts(tmp_path) == []  # a base model; a run with none
