@@ -63,6 +63,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "learning_rate": 7e-4,
         "max_completion_length": 24,  # "The Cabinet of Dr. Caligari [4]" is about 12 tokens
         "scale_rewards": "group",  # right/wrong rewards: each group's own std, as published
+        "probe_prompts": 8,  # a right/wrong probe moves the header's before-and-after by 12.5%, not 25%
     },
     # The classic GRPO run (DeepSeek-R1 style) on a GPU: GSM8K word problems, correctness + format, vLLM
     # generation when it is installed. Online only: the model and the dataset come from the Hub.
