@@ -12,6 +12,7 @@ from pathlib import Path
 from pipeline.run_folder import run_files, runs
 from ui.charts import _finite
 from ui.probes_view import fmt_score, task_key, word_diff_html
+from ui.prompt_names import short_prompt
 
 ANSWERS_EMPTY = ("<div class='gs-empty'>Tick two or more runs above to read their answers to the same held-out "
                  "prompt side by side: each run's last probe, best scored first, with the words it changed from the "
@@ -83,16 +84,6 @@ def shared_prompts(evals_by_run: dict[str, list[dict]]) -> list[str]:
     answered them."""
     count = _prompt_counts(evals_by_run)
     return sorted(count, key=lambda p: -count[p])  # sorted() keeps the order among equal counts
-
-
-def short_prompt(prompt: str, width: int = 80) -> str:
-    """A prompt's first words on one line, cut at a word within `width` characters.
-
-    >>> short_prompt("Bike lanes\\nopen  today."), short_prompt("one two three", 8)
-    ('Bike lanes open today.', 'one two …')
-    """
-    text = " ".join(prompt.split())
-    return text if len(text) <= width else text[:width].rsplit(" ", 1)[0] + " …"
 
 
 def prompt_choices(evals_by_run: dict[str, list[dict]]) -> list[tuple[str, str]]:

@@ -20,7 +20,7 @@ from pipeline.training.generate import (
 )
 from pipeline.rewards import build_rewards, score
 from ui import views, watch
-from ui.answers_view import short_prompt
+from ui.prompt_names import short_prompt
 from ui.held_out import held_out_columns, held_out_offers, training_context
 from ui.model_choices import default_choice, example_label, follow_runs, model_b, reread_models
 from ui.tab import PageLoad, Tab, TabContext, acting

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipeline.run_folder import run_files, runs, stages
 from pipeline.setup import steering
-from ui import answers_view, charts, compare_view, html_page, probes_view, steer_view, views
+from ui import answers_view, charts, compare_view, html_page, probes_view, prompt_names, steer_view, views
 from ui.html_page import line_chart_svg
 
 # What names the file in the exports folder, after the first run's name: it goes with that run's exports.
@@ -132,7 +132,7 @@ def answers_section(evals: dict[str, list[dict]], source: str) -> list[str]:
     if not prompts:
         return []
     return [answers_view.summary_html(evals, source),
-            *(f"<h3>Prompt {i}: {html.escape(answers_view.short_prompt(prompt, 90))}</h3>"
+            *(f"<h3>Prompt {i}: {html.escape(prompt_names.short_prompt(prompt, 90))}</h3>"
               + answers_view.prompt_answers_html(evals, prompt, head="The whole prompt", source=source)
               for i, prompt in enumerate(prompts, 1)),
             answers_view.LEGEND]

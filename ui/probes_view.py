@@ -12,6 +12,7 @@ import pandas as pd
 
 from pipeline.training.paired_gain import paired_gain
 from ui.charts import _finite, reward_frame
+from ui.prompt_names import short_prompt
 
 
 def fmt_score(value) -> str:
@@ -181,7 +182,7 @@ def probes_html(evals: list[dict], pick=None, cfg: dict | None = None, state: st
 
     for j, sample in enumerate(cur.get("samples") or []):
         prompt = sample.get("prompt", "")
-        short = prompt if len(prompt) <= 150 else prompt[:150].rsplit(" ", 1)[0] + " …"
+        short = short_prompt(prompt, 150)
         scores = [f"total <b>{fmt_score(sample.get('total'))}</b>"]
         old = (prev.get("samples") or [])[j] if prev and j < len(prev.get("samples") or []) else None
         if old is not None and _finite(sample.get("total")) and _finite(old.get("total")):

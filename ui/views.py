@@ -14,6 +14,7 @@ from pipeline.training.health import health_warnings
 from pipeline.training.paired_gain import gain_sentence, paired_gain
 from ui.charts import _finite, monitor_label
 from ui.probes_view import fmt_score, task_key
+from ui.prompt_names import prompt_tail, short_prompt
 from ui import token_views
 from ui.clock import clock_html, clock_state, fmt_seconds
 
@@ -184,21 +185,6 @@ def groups_html(record: dict | None, tokens: dict | None = None, mode: str = tok
         out.append("</table></details>")
     out.append("</div>")
     return "".join(out)
-
-
-def prompt_tail(prompt: str, limit: int = 160) -> str:
-    """A prompt's last `limit` characters (where the instruction is), cut at a word, marked as cut.
-
-    >>> prompt_tail("short prompt")
-    'short prompt'
-    >>> prompt_tail("one two three four", 12)
-    '…three four'
-    """
-    if len(prompt) <= limit:
-        return prompt
-    tail = prompt[-limit:]
-    cut = tail.find(" ") if not prompt[-limit - 1].isspace() else -1
-    return "…" + (tail[cut + 1:] if 0 <= cut < limit // 2 else tail).lstrip()
 
 
 def _breakable(name: str) -> str:
@@ -416,7 +402,7 @@ def scan_chart_svg(report, width: int = 520, row: int = 20) -> str:
         y = top + row * i + row / 2
         colour = "#16a34a" if p.signal else "#9ca3af"
         tip = html.escape(f"Prompt {i + 1}: {_scan_reason(p)}; min {fmt_score(p.low)}, max {fmt_score(p.high)}, "
-                          f"std {fmt_score(p.std)} — {p.prompt[:120]}")
+                          f"std {fmt_score(p.std)} — {short_prompt(p.prompt, 120)}")
         parts.append(f"<g class='gs-scan-row' data-signal='{str(p.signal).lower()}'><title>{tip}</title>"
                      f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end' font-size='11' fill='#374151'>"
                      f"P{i + 1}</text>"
@@ -472,7 +458,7 @@ def scan_html(report) -> str:
     for i, p in enumerate(report.prompts, 1):
         out.append(f"<tr class='{'gs-pos' if p.signal else 'gs-neg'}'><td>P{i}</td><td>{fmt_score(p.std)}</td>"
                    f"<td>{fmt_score(p.low)}</td><td>{fmt_score(p.high)}</td><td>{html.escape(_scan_reason(p))}</td>"
-                   f"<td class='gs-text'>{html.escape(p.prompt[:100])}{'…' if len(p.prompt) > 100 else ''}</td></tr>")
+                   f"<td class='gs-text'>{html.escape(short_prompt(p.prompt, 100))}</td></tr>")
     out.append("</table>")
     if flat:
         out.append(f"<details class='gs-scan-flat'><summary>The {len(flat)} prompt(s) with no signal</summary><ol>")

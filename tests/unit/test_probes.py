@@ -259,3 +259,29 @@ def test_every_chart_has_a_y_axis_title():
 
     assert set(charts.CHARTS) | {"reward", "probe", "compare"} <= set(charts.CHART_Y_TITLES)
     assert "value" not in charts.CHART_Y_TITLES.values()
+
+
+def test_a_prompt_that_asks_after_its_films_is_named_by_its_question_in_every_view():
+    import html
+    import json
+    from pathlib import Path
+
+    from pipeline.training.learnability import scan_report
+    from ui import answers_view
+
+    rows = [json.loads(line) for line in (Path(__file__).parents[2] / "assets/prompts/movies.jsonl")
+            .read_text(encoding="utf-8").splitlines()[:2]]
+    texts = [row["prompt"][-1]["content"] for row in rows]
+    assert all(text.startswith("Films:") for text in texts)  # the first words would name both alike
+    question = html.escape(" ".join(rows[0]["question"].split()))
+    evals = [probes.probe_record(0, rows, ["[1] A", "[2] B"], {"movie_title": [0.0, 1.0]}, [0.0, 1.0], seconds=1.0)]
+    assert f"Prompt 1: {question}</summary>" in probes_view.probes_html(evals, "latest", {}, "running")
+    record = {"step": 1, "groups": [{"prompt": texts[0], "completions": [
+        {"completion": "a", "rewards": {"movie_title": 1.0}, "total": 1.0, "advantage": 0.7},
+        {"completion": "b", "rewards": {"movie_title": 0.0}, "total": 0.0, "advantage": -0.7}]}]}
+    assert f"Prompt 1: {question}</summary>" in views.groups_html(record)
+    labels = [label for label, _ in answers_view.prompt_choices({"run": evals})]
+    assert labels[0].startswith(f"1. {rows[0]['question'][:60]}") and not any("Films:" in label for label in labels)
+    scan = views.scan_html(scan_report(texts, [[0.0, 1.0], [0.0, 0.0]]))
+    table = scan.split("<table")[1].split("</table>")[0]  # the list of flat prompts under it shows them whole
+    assert f"<td class='gs-text'>{question}</td>" in table and "Films:" not in table
