@@ -217,7 +217,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, model_path: str, tokenizer, dev
         peft_config=lora,
         # Probes come after the studio callback so they see a Stop request (a probe at the last step).
         callbacks=[make_callback(run_dir, clock, stop_event, guards, cfg.keep_checkpoints, weights),
-                   *make_probe_callbacks(run_dir, cfg, tokenizer, eval_rows, allow_custom_rewards)],
+                   *make_probe_callbacks(run_dir, cfg, tokenizer, eval_rows, allow_custom_rewards, clock)],
     )
     trainer.studio_clock = clock
     # A 4-bit base is not merged into for sampling (it would round the adapter away): TRL's own path.

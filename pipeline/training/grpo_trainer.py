@@ -9,6 +9,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 from pipeline.setup.config import RunConfig
 from pipeline.rewards import GuardedReward, completion_text
@@ -58,6 +59,9 @@ class StepClock:
         self.session_step_seconds = 0.0
         self.first_step_seconds: float | None = None
         self.last_step_seconds = 0.0
+        # Held-out probes run between steps (pipeline/training/probes.py sets these): the ETA counts the ones to come.
+        self.probes_at: Callable[[int, int], bool] = lambda step, max_steps: False  # (step, max_steps) -> probes?
+        self.probe_seconds = 0.0  # the last probe's time
 
     def add_step(self, seconds: float) -> None:
         if self.steps_done_this_session == 0:
@@ -82,6 +86,21 @@ class StepClock:
         if n >= 2:
             return (self.session_step_seconds - self.first_step_seconds) / (n - 1)
         return self.session_step_seconds / max(n, 1)
+
+    def seconds_left(self, step: int, max_steps: int) -> float:
+        """The ETA after `step`: the steps still to run at the mean step time, and the held-out probes still to
+        come at the last probe's time (a probe is seconds of a CPU run; left out, the ETA ran out while the final
+        probe still ran).
+
+        >>> clock = StepClock(); clock.add_step(30.0); clock.add_step(20.0); clock.add_step(20.0)
+        >>> clock.seconds_left(3, 11)  # no probe timed yet
+        160.0
+        >>> clock.probes_at, clock.probe_seconds = (lambda step, max_steps: step in (5, max_steps)), 12.0
+        >>> clock.seconds_left(3, 11), clock.seconds_left(5, 11), clock.seconds_left(11, 11)  # probes at 5 and 11
+        (184.0, 132.0, 0.0)
+        """
+        probes = sum(self.probes_at(s, max_steps) for s in range(step + 1, max_steps + 1))
+        return self.seconds_per_step() * max(max_steps - step, 0) + self.probe_seconds * probes
 
 
 def make_trainer_class():
@@ -319,8 +338,6 @@ def metrics_row(logs: dict, state, clock: StepClock, guards: list[GuardedReward]
     that reuses a batch sampled earlier, the sampled batch's figures (rewards, length, zero-std share) are
     null: they were logged on the step that sampled it."""
     step = state.global_step
-    per_step = clock.seconds_per_step()
-    remaining = max(state.max_steps - step, 0)
     rewards = {}
     for key, value in logs.items():
         if key.startswith("rewards/") and key.count("/") == 2:
@@ -350,7 +367,7 @@ def metrics_row(logs: dict, state, clock: StepClock, guards: list[GuardedReward]
         "step_seconds": round(getattr(clock, "last_step_seconds", 0.0), 3),
         "gen_seconds": round(getattr(clock, "last_gen_seconds", 0.0), 3),
         "elapsed": round(time.time() - clock.train_start, 2),
-        "eta_seconds": round(per_step * remaining, 1),
+        "eta_seconds": round(clock.seconds_left(step, state.max_steps), 1),
         "time": time.time(),
         "warnings": warnings,
     }

@@ -178,8 +178,9 @@ class Prober:
 
 
 def make_probe_callbacks(run_dir: Path, cfg: RunConfig, tokenizer, eval_rows: list[dict],
-                         allow_custom_rewards: bool = False) -> list:
-    """The callback list entry for probes: [] when probes are off or there are no held-out rows."""
+                         allow_custom_rewards: bool = False, clock=None) -> list:
+    """The callback list entry for probes: [] when probes are off or there are no held-out rows. `clock` (the
+    trainer's StepClock) learns each probe's time, so the ETA counts the probes to come."""
     rows = eval_rows[:cfg.probe_prompts]
     if cfg.probe_every <= 0 or not rows:
         if cfg.probe_every > 0:
@@ -188,13 +189,17 @@ def make_probe_callbacks(run_dir: Path, cfg: RunConfig, tokenizer, eval_rows: li
     from transformers import TrainerCallback
 
     prober = Prober(run_dir, cfg, tokenizer, rows, allow_custom_rewards)
+    if clock is not None:
+        clock.probes_at = lambda step, max_steps: should_probe(step, cfg.probe_every, max_steps)
 
     def safe_probe(model, step: int) -> None:
         # The run header says a probe is running (at step 0, sampling the first group comes next).
         runs.write_status(run_dir, "running", phase=PHASE_PROBE.format(step=step))
         # A probe is a view on training: if it fails, say so in the log and train on.
         try:
-            prober.probe(model, step)
+            record = prober.probe(model, step)
+            if clock is not None:
+                clock.probe_seconds = record["seconds"]
         except Exception:  # noqa: BLE001
             log.warning("Probe at step %d failed; training continues:\n%s", step, traceback.format_exc())
         if step == 0:

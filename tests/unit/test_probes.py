@@ -100,6 +100,21 @@ def test_only_rank_0_probes(probed):
     assert steps == []
 
 
+def test_the_eta_counts_the_probes_still_to_come_at_the_last_probes_time(monkeypatch, tmp_path):
+    from pipeline.training.grpo_trainer import StepClock
+
+    monkeypatch.setattr(probes.Prober, "probe", lambda self, model, step: {"seconds": 12.0})
+    clock = StepClock()
+    for seconds in (30.0, 20.0, 20.0):
+        clock.add_step(seconds)
+    (callback,) = probes.make_probe_callbacks(tmp_path, RunConfig(probe_every=5, probe_prompts=1), None, ROWS,
+                                              clock=clock)
+    assert clock.seconds_left(3, 11) == 8 * 20.0  # no probe timed yet
+    callback.on_train_begin(None, _state(0, max_steps=11), SimpleNamespace(should_training_stop=False), model=None)
+    assert clock.seconds_left(3, 11) == 8 * 20.0 + 2 * 12.0  # steps 4-11, and the probes at 5 and 11
+    assert clock.seconds_left(10, 11) == 20.0 + 12.0 and clock.seconds_left(11, 11) == 0
+
+
 def test_probes_off_or_nothing_held_out_adds_no_callback(tmp_path):
     assert probes.make_probe_callbacks(tmp_path, RunConfig(probe_every=0), None, ROWS) == []
     assert probes.make_probe_callbacks(tmp_path, RunConfig(probe_prompts=0), None, ROWS) == []
