@@ -97,8 +97,9 @@ def one_seed(seed: int, work: Path, cfg: RunConfig, eval_limit: int = 32) -> dic
 
 
 def answer_lines(seed: int, ev: dict) -> list[str]:
-    """Every held-out answer, base -> tuned, for a task with right answers: "+" marks one training turned right,
-    "-" one it turned wrong, 1/0 whether each is right (pipeline.evaluate's accuracy). Empty for other tasks.
+    """Every held-out answer, base -> tuned, for a task with right answers (arithmetic, movie questions): "+" marks
+    one training turned right, "-" one it turned wrong, 1/0 whether each is right (pipeline.evaluate's accuracy).
+    Empty for other tasks.
 
     >>> task = {"kind": "accuracy"}
     >>> ev = {"base": {"task": {**task, "per_prompt": [0.0]}}, "tuned": {"task": {**task, "per_prompt": [1.0]}},
@@ -108,14 +109,19 @@ def answer_lines(seed: int, ev: dict) -> list[str]:
       + Calculate 2 + 2
          base  (0): '<answer>5</answer>'
          tuned (1): '<answer>4</answer>'
+    >>> for side in ("base", "tuned"):
+    ...     ev[side]["task"]["kind"] = "movie"
+    >>> answer_lines(1, ev)[0], answer_lines(1, {"base": {"task": {"kind": "summary"}}, "tuned": {}})
+    ('seed 1: 1 questions; right 0 -> 1; right only after training 1, right only before 0', [])
     """
     tasks = [ev[side].get("task") or {} for side in ("base", "tuned")]
-    if any(task.get("kind") != "accuracy" for task in tasks):
+    if any(task.get("kind") not in ("accuracy", "movie") for task in tasks):
         return []
     base, tuned = ([int(hit) for hit in task["per_prompt"]] for task in tasks)
     fixed = sum(t > b for b, t in zip(base, tuned))
     broken = sum(b > t for b, t in zip(base, tuned))
-    lines = [f"seed {seed}: {len(base)} problems; right {sum(base)} -> {sum(tuned)}; right only after training "
+    noun = "questions" if tasks[0]["kind"] == "movie" else "problems"
+    lines = [f"seed {seed}: {len(base)} {noun}; right {sum(base)} -> {sum(tuned)}; right only after training "
              f"{fixed}, right only before {broken}"]
     for sample, b, t in zip(ev["samples"], base, tuned):
         lines.append(f"  {'+' if t > b else '-' if b > t else ' '} {sample['prompt']}")
@@ -132,7 +138,7 @@ def main() -> int:
     ap.add_argument("--eval-limit", type=int, default=32, help="held-out prompts to evaluate (the movies preset "
                     "holds out 50: use --eval-limit 49)")
     ap.add_argument("--answers", type=Path, help="also write every held-out answer, base -> tuned, to this file "
-                    "(tasks with right answers: the arithmetic preset)")
+                    "(tasks with right answers: the arithmetic and movies presets)")
     ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
                     help="try a variant, e.g. --set learning_rate=5e-4 max_steps=18")
     a = ap.parse_args()
@@ -157,7 +163,9 @@ def main() -> int:
               f"{r['task_base']:.3f} -> {r['task_tuned']:.3f} on {r['eval_n']} held-out{invented}"
               f"{'' if r['recall'] is None else ' (retrieval recall %.3f)' % r['recall']}; train curve {r['curve_rise']:+.2f} "
               f"(noise {r['curve_noise']:.2f}){paired_text(r['paired'])}", flush=True)
-    if a.answers:
+    if a.answers and not any(r["answers"] for r in results):
+        print(f"--answers: this task has no right answers to mark; {a.answers} not written", flush=True)
+    elif a.answers:
         a.answers.write_text("\n".join(["Held-out answers, base -> tuned, greedy (bench/learning.py --answers; 1 = "
                                          "right, 0 = wrong, per pipeline.evaluate's accuracy).", ""]
                                         + [line for r in results for line in [*r["answers"], ""]]))
