@@ -41,6 +41,7 @@ PART_OUTPUTS = {
     "tokens": ("groups",),  # the token view's record: drawn only in a shaded mode (groups_view)
     "log": ("log",),
     "queue": ("queue_box", "queue_view", "queue_pick", "run_select"),  # the line, and a run it started
+    "queue_times": ("queue_view",),  # the line's start times, which the training's steps move
 }
 ALL_PARTS = " ".join(PART_OUTPUTS)
 # The line plots, whose colour per series (charts.series_colors) follows their data in a second event (see
@@ -68,6 +69,8 @@ def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None 
         out["runs_table"] = runs_table()
     if "queue" in moved:
         out.update(queue_view.queue_part(run_name, run_names()))
+    elif "queue_times" in moved:
+        out["queue_view"] = queue_view.queue_line()
     return out
 
 

@@ -10,7 +10,7 @@ import hashlib
 import time
 from pathlib import Path
 
-from pipeline.run_folder import jobs, run_files, runs
+from pipeline.run_folder import jobs, run_files, run_queue, runs
 from pipeline.run_folder.jobs import PUSH, TRAIN
 
 POLL_S = 1.0  # how often the page asks; a new step shows within about this (bench/chart_latency.py)
@@ -36,7 +36,7 @@ SHOWN_PARTS = {
     # the steer panel (ui/steer_panel.py, its own view): the values in force, the requests and their answers
     "steering": (run_files.CONFIG, run_files.LAUNCHES, run_files.STEER_REQUESTS, run_files.STEERING),
 }
-PARTS = (*SHOWN_PARTS, "jobs", "runs", "push", "models", "queue")
+PARTS = (*SHOWN_PARTS, "jobs", "runs", "push", "models", "queue", "queue_times")
 
 
 def action_files() -> tuple[str, ...]:
@@ -156,4 +156,6 @@ def stamps(shown: str | None, action: str | None, now: float | None = None) -> d
     out["models"] = _models_stamp()
     # The queue of waiting trainings, and the runs there are to pick (a run the queue started appears).
     out["queue"] = f"{_stamp(runs.runs_dir() / run_files.QUEUE)};{listed['names']}"
+    # While trainings wait, each step of the one training moves their start times (the line's text alone).
+    out["queue_times"] = listed["runs"] if run_queue.read().waiting else ""
     return out

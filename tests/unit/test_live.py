@@ -75,7 +75,9 @@ def test_the_stamps_hold_still_until_a_file_a_part_reads_changes():
     assert moved(lambda: make_running_run("third")) == {"runs", "jobs", "push", "queue"}
     # A training queued or taken out of the queue moves the queue's part alone.
     from pipeline.run_folder import run_queue
-    assert moved(lambda: run_queue.add(run_queue.Waiting("later", {"max_steps": 2}))) == {"queue"}
+    # (its start time too, which from then on each step of the training moves)
+    assert moved(lambda: run_queue.add(run_queue.Waiting("later", {"max_steps": 2}))) == {"queue", "queue_times"}
+    assert moved(lambda: append(run_dir / "metrics.jsonl", step)) == {"progress", "charts", "runs", "queue_times"}
     # What Chat and RAG offer: a checkpoint whose save finished, then a merged model; a half-saved one is not yet.
     (other / "checkpoint-2").mkdir()
     assert moved(lambda: None) == set()
@@ -211,3 +213,23 @@ def test_every_output_that_changes_is_in_a_part_whose_stamp_moved():
         redrawn = live_view.live_view(shown.name, 0, "latest", action.name, parts=" ".join(moved))
         drawn = moved - {"tokens"}  # the view shows text: the token record is not drawn (a shaded mode: above)
         assert set(redrawn) == {name for part in drawn for name in live_view.PART_OUTPUTS[part]}, what
+
+
+def test_the_queue_says_when_each_waiting_run_starts_and_a_step_of_the_training_moves_it():
+    from pipeline.run_folder import run_queue
+    from ui import live_view
+
+    run_dir = make_running_run("training")  # 10 steps, the default settings
+    now = time.time()
+    runs.write_status(run_dir, "running", started_at=now - 300)
+    for label, config in (("lr 1e-3", RunConfig(max_steps=10, learning_rate=1e-3)), ("short", RunConfig(max_steps=5)),
+                          ("G=8", RunConfig(max_steps=10, num_generations=8)), ("after", RunConfig(max_steps=10))):
+        run_queue.add(run_queue.Waiting(label, config.to_dict()))
+    shown = live_view.live_view("training", 0, "latest", None, parts="queue_times")["queue_view"]
+    assert "starts about" not in shown  # no step timed yet: no time to give
+    append(run_dir / "metrics.jsonl", {"step": 5, "time": now, "elapsed": 290.0, "eta_seconds": 600.0})
+    shown = live_view.live_view("training", 0, "latest", None, parts="queue_times")["queue_view"]
+    # The training ends in 600 s, 900 s after it started. The next, at its pace, takes as long; 5 steps, half that;
+    # G=8 trains at another pace, so the run after it has no time.
+    starts = [part.split("</b>")[0] for part in shown.split("starts about ")[1:]]
+    assert starts == [time.strftime("%H:%M", time.localtime(now + t)) for t in (600, 1500, 1950)], shown
