@@ -67,13 +67,14 @@ def start_times(queue: run_queue.Queue, running: runs.Snapshot | None, now: floa
         return {}
     end = now + max(0.0, eta - (now - at))
     total, pace = end - started, _pace(running.config)  # the running training, launch to end
+    processes = running.status.get("world_size") or 1
     out = {}
     for entry in queue.waiting:
         if entry.error is not None:
             continue
         out[entry.id] = end
         theirs = _pace(entry.config)
-        if pace is None or theirs is None or theirs[0] != pace[0]:
+        if pace is None or theirs is None or theirs[0] != pace[0] or entry.nproc != processes:
             break  # its time is unknown, so is every start after it
         end += total * theirs[1] / pace[1]
     return out
@@ -137,8 +138,11 @@ def queue_line(queue: run_queue.Queue | None = None) -> str:
     """The line as queue_html draws it, after the training now running, with the start times it gives."""
     queue = run_queue.read() if queue is None else queue
     busy = runner.busy_run() if queue.waiting else None  # reads every run's status: only when a line is shown
-    running = runs.Snapshot(busy[0]) if busy else None
-    return queue_html(queue, busy[0].name if busy else None, start_times(queue, running, time.time()))
+    try:
+        starts = start_times(queue, runs.Snapshot(busy[0]), time.time()) if busy else {}
+    except OSError:  # the training's folder went mid-read: no times this once
+        starts = {}
+    return queue_html(queue, busy[0].name if busy else None, starts)
 
 
 def load_queued(entry_id: str | None, allow_custom: bool = False) -> dict[str, Any]:
