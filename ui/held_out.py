@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from pipeline.run_folder import run_files
+from ui.prompt_names import prompt_question
 
 HELD_OUT_SHOWN = 6  # how many a tab offers
 
@@ -25,16 +26,18 @@ def held_out_rows(run_dir: Path | None) -> list[dict]:
 def held_out_offers(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[tuple[str, str]]:
     """The first held-out prompts of a run (never trained on) as (text, what names it): the text as the model saw it
     in training, its last user message; named by the row's question where it has one (a Movie questions prompt
-    opens with the films' list, so its first line would name them all alike), else by the text itself. Empty for a
+    opens with the films' list, so its first line would name them all alike), else by the text's own "Question:"
+    line (prompt_names), else by the text itself. Empty for a
     base model, or for a run whose prompts file can't be read.
 
     >>> import json, tempfile
     >>> run = Path(tempfile.mkdtemp())
     >>> movie = [{"role": "user", "content": "Films: [1] ... Question: Which film?"}]
     >>> _ = (run / run_files.EVAL_PROMPTS).write_text(json.dumps([{"prompt": "A post. TL;DR:"},
-    ...                                                            {"prompt": movie, "question": "Which film?"}]))
-    >>> held_out_offers(run)
-    [('A post. TL;DR:', 'A post. TL;DR:'), ('Films: [1] ... Question: Which film?', 'Which film?')]
+    ...     {"prompt": movie, "question": "Which film?"}, {"prompt": "Films: [1] ...\\nQuestion: Whose plot?"}]))
+    >>> held_out_offers(run)  # doctest: +NORMALIZE_WHITESPACE
+    [('A post. TL;DR:', 'A post. TL;DR:'), ('Films: [1] ... Question: Which film?', 'Which film?'),
+     ('Films: [1] ...\\nQuestion: Whose plot?', 'Whose plot?')]
     """
     offers = []
     for row in held_out_rows(run_dir):
@@ -44,7 +47,8 @@ def held_out_offers(run_dir: Path | None, limit: int = HELD_OUT_SHOWN) -> list[t
                            if isinstance(m, dict) and m.get("role") == "user"), None)
         if isinstance(prompt, str) and prompt.strip():
             question = row.get("question")
-            offers.append((prompt, question if isinstance(question, str) and question.strip() else prompt))
+            named = question if isinstance(question, str) and question.strip() else prompt_question(prompt)
+            offers.append((prompt, named or prompt))
     return offers[:limit]
 
 
