@@ -177,7 +177,7 @@ def probes_html(evals: list[dict], pick=None, cfg: dict | None = None, state: st
     legend = (f"Compared with step {prev['step']}: <ins>new words</ins> <del>removed words</del>" if prev else
               "Step 0 is the base model: later steps mark what changed since the previous probe.")
     out = [f"<div class='gs-probes' data-step='{step}' data-steps='{','.join(str(e['step']) for e in evals)}'>",
-           f"<div class='gs-probe-head'>{' &nbsp;·&nbsp; '.join(head)}</div>",
+           f"<div class='gs-probe-head'>{' &nbsp;·&nbsp; '.join(f'<span>{h}</span>' for h in head)}</div>",
            f"<div class='gs-probe-legend'>{legend}</div>"]
 
     for j, sample in enumerate(cur.get("samples") or []):
