@@ -67,9 +67,31 @@ def clock_state(status: dict, rows: list[dict], total: int, now: float) -> dict 
     return {"elapsed": round(elapsed + age, 1), "left": round(max(floor, eta - age), 1), "floor": round(floor, 1)}
 
 
+def ended_seconds(status: dict, rows: list[dict]) -> float | None:
+    """An ended run's time, as the runs table counts it: from its trainer's start to its end, the closing save and
+    merge included, when that trainer made the last step; else the last step's elapsed time (a run without those
+    times, or a resume that ended before its first step); None before any step.
+
+    >>> row = {"step": 11, "elapsed": 297.1, "time": 1297.0}
+    >>> ended_seconds({"state": "finished", "started_at": 1000.0, "ended_at": 1302.2}, [row])
+    302.2
+    >>> ended_seconds({"state": "failed", "started_at": 5000.0, "ended_at": 5030.0}, [row])  # a resume that failed
+    297.1
+    >>> ended_seconds({"state": "finished"}, [row]), ended_seconds({"state": "stopped"}, [])
+    (297.1, None)
+    """
+    if not rows:
+        return None
+    last = rows[-1]
+    started, ended, at = status.get("started_at"), status.get("ended_at"), last.get("time")
+    if all(isinstance(v, (int, float)) for v in (started, ended, at)) and started <= at <= ended:
+        return round(ended - started, 1)
+    return last.get("elapsed")
+
+
 def clock_html(clock: dict | None, elapsed: float | None = None) -> str:
-    """The header's time: a moving clock for a run on its way (`clock`, from clock_state), else the last step's
-    elapsed time as it was logged (a run that has ended).
+    """The header's time: a moving clock for a run on its way (`clock`, from clock_state), else `elapsed`, the
+    time a run that has ended took (ended_seconds).
 
     >>> moving = clock_html({"elapsed": 55.0, "left": 145.0, "floor": 140.0})
     >>> moving.split(">")[0]

@@ -16,7 +16,7 @@ from ui.charts import _finite, monitor_label
 from ui.probes_view import fmt_score, task_key
 from ui.prompt_names import prompt_tail, short_prompt
 from ui import token_views
-from ui.clock import clock_html, clock_state, fmt_seconds
+from ui.clock import clock_html, clock_state, ended_seconds, fmt_seconds
 
 
 STATE_COLORS = {"running": "#2563eb", "queued": "#6b7280", "new": "#9ca3af", "finished": "#16a34a",
@@ -62,10 +62,9 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
     step = rows[-1]["step"] if rows else 0
     total = max_steps or status.get("max_steps") or 0
     pct = 100 * step / total if total else 0
-    last = rows[-1] if rows else {}
-    # While it runs, a clock that moves; once it has ended, the elapsed time of its last step says it all.
+    # While it runs, a clock that moves; once it has ended, the time it took, as the runs table gives it.
     clock = clock_state(status, rows, total, time.time() if now is None else now)
-    timing = clock_html(clock, elapsed=last.get("elapsed") if rows else None)
+    timing = clock_html(clock, elapsed=ended_seconds(status, rows))
     color = STATE_COLORS.get(state, "#6b7280")
     detail = phase_text(status, has_steps=bool(rows))
     error = (f"<div class='gs-error'><b>Error:</b> {html.escape(str(status.get('error')))}</div>"

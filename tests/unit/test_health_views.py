@@ -129,13 +129,17 @@ def test_groups_html_sorts_by_advantage_and_escapes():
 
 def test_the_header_clock_moves_while_a_run_is_on_its_way_and_stands_once_it_ended():
     """Running: the clock as it stands when drawn (elapsed at the last step plus the time since), for the page
-    script to move on. Ended: the last step's elapsed time, nothing to move. Before a step: time since the start."""
+    script to move on. Ended: the time it took (the last step's elapsed time when its trainer's start and end are
+    not known), nothing to move. Before a step: time since the start."""
     row = {"step": 3, "elapsed": 60.0, "eta_seconds": 160.0, "time": 1000.0}
     running = views.progress_html("r", {"state": "running"}, [row], 11, now=1012.0)
     assert "class='gs-clock' data-elapsed='72.0' data-left='148.0' data-floor='140.0'" in running
     assert ">1m12s<" in running and ">2m28s<" in running
     ended = views.progress_html("r", {"state": "finished"}, [row], 11, now=5000.0)
     assert "gs-clock" not in ended and "elapsed 1m00s" in ended and "ETA" not in ended
+    # The trainer's start and end are known: the whole run, its closing save included, as the runs table counts it.
+    timed = {"state": "finished", "started_at": 940.0, "ended_at": 1006.0}
+    assert "elapsed 1m06s" in views.progress_html("r", timed, [row], 11, now=5000.0)
     loading = views.progress_html("r", {"state": "running", "started_at": 990.0}, [], 11, now=1000.0)
     assert "data-elapsed='10.0'" in loading and "ETA" not in loading
 
