@@ -18,7 +18,7 @@ from pipeline.setup.config import BUNDLED_MODEL_ID, RunConfig
 from pipeline.models.loading import catalog_choices, gpu_count
 from pipeline.training.preflight import SCAN_PROMPTS
 from pipeline.setup.presets import PRESETS
-from ui import charts, clock, probes_view, steer_panel, token_views, views, watch
+from ui import charts, clock, page_title, probes_view, steer_panel, token_views, views, watch
 from ui.answers_view import ANSWER_SOURCES, ANSWERS_EMPTY, EVALUATION, PROBES
 from ui.compare_view import COMPARE_EMPTY
 from ui.tab import PageLoad, Tab, TabContext
@@ -400,8 +400,10 @@ def build(ctx: TabContext) -> Tab:
         # plots was redrawn): each event costs the page a pass over every component that has shown a status.
         shown["plot_colors"].change(keyed(plot_colors, live_plots), shown["plot_colors"], list(live_plots.values()),
                                     show_progress="hidden", api_visibility="private")
-        follow_runs = watch.follow("progress", "live-refresh", tuple(PART_OUTPUTS))
+        # The run header goes on following while the tab is out of sight: the page's title says how the run stands.
+        follow_runs = watch.follow("progress", "live-refresh", tuple(PART_OUTPUTS), background=("progress",))
         follow_steering = steer_panel.wire(steer, run_select, allow, ops)
     return Tab(loads=(PageLoad(refresh_runs, [run_select], listed),
                       PageLoad(runs_hint, (), [runs_empty])),
-               scripts=(CLOSE_SETTINGS_JS, charts.STEP_TICKS_JS, clock.CLOCK_JS, follow_runs, follow_steering))
+               scripts=(CLOSE_SETTINGS_JS, charts.STEP_TICKS_JS, clock.CLOCK_JS, follow_runs, follow_steering,
+                        page_title.title_js()))

@@ -81,7 +81,7 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
         error += (f"<div class='gs-warn gs-device-warning'><b>⚠ On the CPU.</b> "
                   f"{html.escape(status['device_warning'])}</div>")
     return (
-        f"<div class='gs-progress' data-state='{state}' data-step='{step}'>"
+        f"<div class='gs-progress' data-state='{state}' data-step='{step}' data-total='{total}'>"
         f"<div class='gs-progress-head'><span class='gs-badge' style='background:{color}'>{state}</span> "
         f"<b>{html.escape(run_name)}</b>{where} &nbsp; step <b class='gs-step'>{step}</b> / {total} &nbsp; "
         f"{timing}{detail}</div>"

@@ -5,7 +5,12 @@ draws has a new stamp; the handler is told which parts moved and redraws only th
 the page work for each output it names, and a re-sent plot is drawn again: three timers a second with twenty
 outputs kept a quarter of a core busy in chromium, and the trainer beside it lost far more than that
 (bench/watch_cost.py). Between two steps, watching a run costs one fetch a second; it names the page's own
-Gradio session, so the app answers it from the page's session state instead of building a new one each time."""
+Gradio session, so the app answers it from the page's session state instead of building a new one each time.
+
+A view may name background parts: those it keeps following, every BACKGROUND_POLLS polls, while it is off screen
+(another tab of the app) or the browser tab is behind another. The Train tab's run header is one, so the page's
+title can say how the run stands (ui/page_title.py) while the user is elsewhere; the view's other parts wait and
+redraw once it is on screen again."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from gradio.context import get_blocks_context
 from pipeline.run_folder import live
 
 ENDPOINT = "live_stamps"
+BACKGROUND_POLLS = 5  # a view's background parts are checked every 5th poll (browsers slow hidden tabs further)
 
 
 def live_stamps(run_name: str | None, action_name: str | None) -> dict[str, str]:
@@ -41,10 +47,14 @@ POLL_JS = """() => {
   const ownSession = 'watch-' + Math.random().toString(36).slice(2);  // until Gradio has set the page's
   const value = (id) => (document.querySelector(id + ' input') || {}).value || null;
   const onScreen = (id) => { const el = document.getElementById(id); return !!el && el.offsetParent !== null; };
-  let busy = false;
+  let busy = false, polls = 0;
   watch.timer = setInterval(async () => {
-    const views = watch.views.filter((v) => onScreen(v.show) && document.getElementById(v.button));
-    if (busy || document.hidden || !views.length) return;
+    // A view on screen in a tab in front follows all its parts; any other, its background parts, now and then.
+    const background = polls++ %% %(background)d === 0;
+    const views = watch.views.map((v) => (!document.hidden && onScreen(v.show) ? {v, parts: v.parts}
+                                          : {v, parts: background ? v.background || [] : []}))
+      .filter(({v, parts}) => parts.length && document.getElementById(v.button));
+    if (busy || !views.length) return;
     busy = true;
     try {
       // The page's own Gradio session: a call without one makes Gradio build a new session, the config of
@@ -55,9 +65,9 @@ POLL_JS = """() => {
                                                             session_hash: session})});
       const stamps = reply.ok ? (await reply.json()).data[0] : null;
       if (!stamps) return;
-      for (const v of views) {
+      for (const {v, parts} of views) {
         const drawn = v.drawn = v.drawn || {};  // each view's own: two views may follow one part
-        const moved = v.parts.filter((part) => stamps[part] !== drawn[part]);
+        const moved = parts.filter((part) => stamps[part] !== drawn[part]);
         moved.forEach((part) => { drawn[part] = stamps[part]; });
         // A view that starts empty (drawFirst false) only takes note of the stamps it first sees.
         const first = !v.seen;
@@ -76,19 +86,25 @@ POLL_JS = """() => {
 }"""
 
 
-def follow(show: str, button: str, parts: tuple[str, ...], draw_first: bool = True) -> str:
+def follow(show: str, button: str, parts: tuple[str, ...], draw_first: bool = True,
+           background: tuple[str, ...] = ()) -> str:
     """A view that follows the run files: the page script that presses the hidden button `button` (an elem_id)
     when one of `parts` (pipeline/run_folder/live.py: PARTS) moved while the element `show` is on screen. With
     `draw_first` the first stamps seen draw the view (a page load shows the run); without, the view waits for
-    a change. Registers the poll's endpoint in the Blocks being built, once."""
+    a change. `background` (some of `parts`) are followed while the view is off screen, every BACKGROUND_POLLS
+    polls. Registers the poll's endpoint in the Blocks being built, once."""
+    if not set(background) <= set(parts):
+        raise ValueError(f"Background parts {sorted(set(background) - set(parts))} are not among the view's parts.")
     unknown = set(parts) - set(live.PARTS)
     if unknown:
         raise ValueError(f"Unknown live view parts {sorted(unknown)}; the parts are {list(live.PARTS)}.")
     blocks = get_blocks_context()
     if blocks is not None and not any(getattr(fn, "api_name", None) == ENDPOINT for fn in blocks.fns.values()):
         gr.api(live_stamps, api_name=ENDPOINT, queue=False)
-    view = {"show": show, "button": button, "parts": list(parts), "drawFirst": draw_first}
-    return POLL_JS % {"view": json.dumps(view), "endpoint": ENDPOINT, "every_ms": int(1000 * live.POLL_S)}
+    view = {"show": show, "button": button, "parts": list(parts), "drawFirst": draw_first,
+            "background": list(background)}
+    return POLL_JS % {"view": json.dumps(view), "endpoint": ENDPOINT, "every_ms": int(1000 * live.POLL_S),
+                      "background": BACKGROUND_POLLS}
 
 
 def take_moved_js(button: str, inputs: int) -> str:

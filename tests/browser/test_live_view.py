@@ -154,3 +154,39 @@ def test_before_the_first_step_charts_say_what_they_will_show_and_stop_greys_out
     runs.write_status(stepless_run, "finished")  # it ends: the header says so and Stop greys out
     expect(page.locator("#progress [data-state=finished]")).to_be_visible(timeout=10_000)
     expect(page.locator("#stop-btn")).to_be_disabled()
+
+
+@pytest.fixture
+def titled_run(studio_data):
+    yield from running_run("titled", max_steps=5, steps=1)
+
+
+def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_url, titled_run):
+    """The browser tab's title says the shown run's step, and that it ended; while the page is hidden the poll
+    still redraws the run header now and then (and nothing else), so the title moves on."""
+    redraws = []
+
+    def seen(request):
+        data = (request.post_data_json or {}).get("data") or [] if "/queue/join" in request.url else []
+        if len(data) == 6 and isinstance(data[5], str):  # the live view's Refresh: its last input, the parts
+            redraws.append(set(data[5].split()))
+
+    page.on("request", seen)
+    page.goto(app_url)
+    expect(page.locator("#run-select input")).to_have_value(titled_run.name)
+    expect(page).to_have_title("1/5 ▶ GRPO Studio", timeout=30_000)
+    page.evaluate("Object.defineProperty(document, 'hidden', {get: () => true, configurable: true})")
+    page.wait_for_timeout(1_500)  # the page load's own redraws, and a poll that began in front, settle
+    redraws.clear()
+
+    runs.append_jsonl(titled_run / "metrics.jsonl", {**metrics_line(2), "max_steps": 5})
+    expect(page).to_have_title("2/5 ▶ GRPO Studio", timeout=12_000)
+    runs.write_status(titled_run, "finished", ended_at=time.time())
+    expect(page).to_have_title("✓ Finished · GRPO Studio", timeout=12_000)
+    assert redraws and all(parts == {"progress"} for parts in redraws), redraws  # the charts wait...
+    assert page.locator("#progress .gs-progress").get_attribute("data-state") == "finished"
+
+    page.evaluate("delete document.hidden")  # ...until the page is in front again
+    expect(page.locator("#reward-plot")).to_contain_text("total (weighted)", timeout=10_000)
+    page.wait_for_timeout(2_000)
+    assert any("charts" in parts for parts in redraws), redraws

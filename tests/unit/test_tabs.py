@@ -53,12 +53,12 @@ def test_every_tab_of_the_app_keeps_the_contract(own_data):
     assert len(built) == 4 and all(isinstance(tab, Tab) for tab in built)
     # Train, Chat and RAG each re-read their state from disk on page load (Train twice: its runs, then the Runs
     # panel's empty state; Chat twice: its models, then model A's held-out prompts; RAG twice: its table and
-    # models, then the answering model's held-out questions). Train adds its five scripts
+    # models, then the answering model's held-out questions). Train adds its six scripts
     # (fold the settings, label its charts' whole steps, move the run header's clock, follow the run files for the
-    # live view and for the steer panel), Chat two (follow a push, and the models on disk) and RAG one (the models on disk). The followers
-    # share the page's one poll endpoint.
+    # live view and for the steer panel, keep the page's title on the run), Chat two (follow a push, and the models
+    # on disk) and RAG one (the models on disk). The followers share the page's one poll endpoint.
     assert len([f for f in page_loads(demo) if f.fn is not None]) == 6
-    assert len([f for f in page_loads(demo) if f.fn is None]) == 8
+    assert len([f for f in page_loads(demo) if f.fn is None]) == 9
     assert [f.api_name for f in demo.fns.values()].count("live_stamps") == 1
 
 
