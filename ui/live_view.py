@@ -74,6 +74,15 @@ def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None 
     return out
 
 
+def run_header(run_name: str | None = None, group_step=0, probe_pick: str | None = "latest",
+               action_name: str | None = None, token_mode: str = token_views.TEXT,
+               parts: str | None = "progress") -> dict[str, Any]:
+    """The run header alone (and Stop), when `parts` names it: what the page's poll redraws while the Train tab is
+    out of sight, so the page's title can follow the run. Takes the live view's inputs."""
+    moved = "progress" if "progress" in (parts or "").split() else ""
+    return live_view(run_name, group_step, probe_pick, action_name, token_mode, moved)
+
+
 def job_stop_buttons() -> dict[str, gr.Button]:
     """The Runs panel's Stop evaluation and Stop push, usable while such a job runs (on any run: each stops the
     panel's run's job, else the one running elsewhere), greyed otherwise, as Stop is for the training."""

@@ -23,7 +23,9 @@ from ui.answers_view import ANSWER_SOURCES, ANSWERS_EMPTY, EVALUATION, PROBES
 from ui.compare_view import COMPARE_EMPTY
 from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCE_SHOWN, SOURCES, config_to_form, form_fields, form_keys, reward_rows
-from ui.live_view import ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors
+from ui.live_view import (
+    ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors, run_header,
+)
 from ui.runs_panel import (
     EXPORTS_EMPTY, NO_RUNS, compare_answers, compare_runs, compare_settings, comparison_download, delete_run,
     eval_view, evaluate_run, exports_view, load_run_settings, metrics_download, next_stage_settings, overlay_choices,
@@ -284,6 +286,8 @@ def build(ctx: TabContext) -> Tab:
         # event hands the handler those parts (its last input, filled in by the poll's js).
         live_refresh = gr.Button("Refresh the live view", elem_id="live-refresh", elem_classes=["gs-hidden"])
         moved_parts = gr.Textbox(ALL_PARTS, label="Live view parts to redraw", elem_classes=["gs-hidden"])
+        # The run header alone, pressed by the poll while the tab is out of sight (the page's title follows it).
+        header_refresh = gr.Button("Refresh the run header", elem_id="header-refresh", elem_classes=["gs-hidden"])
         # The live view's outputs by name (PART_OUTPUTS), in the order the API returns them.
         shown = {"progress": progress_box, "stop_btn": stop_btn, "health": health, "reward_plot": reward_plot, **plots,
                  "groups": groups,
@@ -400,8 +404,14 @@ def build(ctx: TabContext) -> Tab:
         # plots was redrawn): each event costs the page a pass over every component that has shown a status.
         shown["plot_colors"].change(keyed(plot_colors, live_plots), shown["plot_colors"], list(live_plots.values()),
                                     show_progress="hidden", api_visibility="private")
-        # The run header goes on following while the tab is out of sight: the page's title says how the run stands.
-        follow_runs = watch.follow("progress", "live-refresh", tuple(PART_OUTPUTS), background=("progress",))
+        # The run header goes on following while the tab is out of sight, through an event that names its outputs
+        # alone: the page's title says how the run stands.
+        header_outputs = {name: shown[name] for name in PART_OUTPUTS["progress"]}
+        header_refresh.click(keyed(run_header, header_outputs), live_inputs, list(header_outputs.values()),
+                             js=watch.take_moved_js("header-refresh", len(live_inputs)), show_progress="hidden",
+                             trigger_mode="always_last", api_visibility="private")
+        follow_runs = watch.follow("progress", "live-refresh", tuple(PART_OUTPUTS), background=("progress",),
+                                   background_button="header-refresh")
         follow_steering = steer_panel.wire(steer, run_select, allow, ops)
     return Tab(loads=(PageLoad(refresh_runs, [run_select], listed),
                       PageLoad(runs_hint, (), [runs_empty])),

@@ -8,9 +8,10 @@ outputs kept a quarter of a core busy in chromium, and the trainer beside it los
 Gradio session, so the app answers it from the page's session state instead of building a new one each time.
 
 A view may name background parts: those it keeps following, every BACKGROUND_POLLS polls, while it is off screen
-(another tab of the app) or the browser tab is behind another. The Train tab's run header is one, so the page's
-title can say how the run stands (ui/page_title.py) while the user is elsewhere; the view's other parts wait and
-redraw once it is on screen again."""
+(another tab of the app) or the browser tab is behind another, through a button of their own whose event names
+only their outputs (an event costs the page work for every output it names, whichever it redraws). The Train
+tab's run header is one, so the page's title can say how the run stands (ui/page_title.py) while the user is
+elsewhere; the view's other parts wait and redraw once it is on screen again."""
 
 from __future__ import annotations
 
@@ -51,9 +52,9 @@ POLL_JS = """() => {
   watch.timer = setInterval(async () => {
     // A view on screen in a tab in front follows all its parts; any other, its background parts, now and then.
     const background = polls++ %% %(background)d === 0;
-    const views = watch.views.map((v) => (!document.hidden && onScreen(v.show) ? {v, parts: v.parts}
-                                          : {v, parts: background ? v.background || [] : []}))
-      .filter(({v, parts}) => parts.length && document.getElementById(v.button));
+    const views = watch.views.map((v) => (!document.hidden && onScreen(v.show) ? {v, parts: v.parts, button: v.button}
+      : {v, parts: background ? v.background : [], button: v.backgroundButton}))
+      .filter(({parts, button}) => parts.length && document.getElementById(button));
     if (busy || !views.length) return;
     busy = true;
     try {
@@ -65,7 +66,7 @@ POLL_JS = """() => {
                                                             session_hash: session})});
       const stamps = reply.ok ? (await reply.json()).data[0] : null;
       if (!stamps) return;
-      for (const {v, parts} of views) {
+      for (const {v, parts, button} of views) {
         const drawn = v.drawn = v.drawn || {};  // each view's own: two views may follow one part
         const moved = parts.filter((part) => stamps[part] !== drawn[part]);
         moved.forEach((part) => { drawn[part] = stamps[part]; });
@@ -73,9 +74,9 @@ POLL_JS = """() => {
         const first = !v.seen;
         v.seen = true;
         if (!moved.length || (first && !v.drawFirst)) continue;
-        const pending = watch.moved[v.button] = watch.moved[v.button] || new Set();
+        const pending = watch.moved[button] = watch.moved[button] || new Set();
         moved.forEach((part) => pending.add(part));
-        document.getElementById(v.button).click();
+        document.getElementById(button).click();
       }
     } catch (err) {
       // the app restarting: the next second tries again
@@ -87,14 +88,22 @@ POLL_JS = """() => {
 
 
 def follow(show: str, button: str, parts: tuple[str, ...], draw_first: bool = True,
-           background: tuple[str, ...] = ()) -> str:
+           background: tuple[str, ...] = (), background_button: str | None = None) -> str:
     """A view that follows the run files: the page script that presses the hidden button `button` (an elem_id)
     when one of `parts` (pipeline/run_folder/live.py: PARTS) moved while the element `show` is on screen. With
     `draw_first` the first stamps seen draw the view (a page load shows the run); without, the view waits for
     a change. `background` (some of `parts`) are followed while the view is off screen, every BACKGROUND_POLLS
-    polls. Registers the poll's endpoint in the Blocks being built, once."""
+    polls, by pressing `background_button` (an event that draws those parts alone). Registers the poll's endpoint
+    in the Blocks being built, once.
+
+    >>> follow("progress", "live-refresh", ("progress", "log"), background=("progress",))
+    Traceback (most recent call last):
+    ValueError: A view with background parts needs a background_button that draws them.
+    """
     if not set(background) <= set(parts):
         raise ValueError(f"Background parts {sorted(set(background) - set(parts))} are not among the view's parts.")
+    if background and not background_button:
+        raise ValueError("A view with background parts needs a background_button that draws them.")
     unknown = set(parts) - set(live.PARTS)
     if unknown:
         raise ValueError(f"Unknown live view parts {sorted(unknown)}; the parts are {list(live.PARTS)}.")
@@ -102,7 +111,7 @@ def follow(show: str, button: str, parts: tuple[str, ...], draw_first: bool = Tr
     if blocks is not None and not any(getattr(fn, "api_name", None) == ENDPOINT for fn in blocks.fns.values()):
         gr.api(live_stamps, api_name=ENDPOINT, queue=False)
     view = {"show": show, "button": button, "parts": list(parts), "drawFirst": draw_first,
-            "background": list(background)}
+            "background": list(background), "backgroundButton": background_button}
     return POLL_JS % {"view": json.dumps(view), "endpoint": ENDPOINT, "every_ms": int(1000 * live.POLL_S),
                       "background": BACKGROUND_POLLS}
 

@@ -163,13 +163,15 @@ def titled_run(studio_data):
 
 def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_url, titled_run):
     """The browser tab's title says the shown run's step, and that it ended; while the page is hidden the poll
-    still redraws the run header now and then (and nothing else), so the title moves on."""
+    still redraws the run header now and then (and nothing else, through an event of its own that names only the
+    header's outputs), so the title moves on."""
     redraws = []
 
     def seen(request):
-        data = (request.post_data_json or {}).get("data") or [] if "/queue/join" in request.url else []
-        if len(data) == 6 and isinstance(data[5], str):  # the live view's Refresh: its last input, the parts
-            redraws.append(set(data[5].split()))
+        body = (request.post_data_json or {}) if "/queue/join" in request.url else {}
+        data = body.get("data") or []
+        if len(data) == 6 and isinstance(data[5], str):  # a live view event: its last input, the parts
+            redraws.append((body.get("trigger_id"), set(data[5].split())))
 
     page.on("request", seen)
     page.goto(app_url)
@@ -183,10 +185,12 @@ def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_
     expect(page).to_have_title("2/5 ▶ GRPO Studio", timeout=12_000)
     runs.write_status(titled_run, "finished", ended_at=time.time())
     expect(page).to_have_title("✓ Finished · GRPO Studio", timeout=12_000)
-    assert redraws and all(parts == {"progress"} for parts in redraws), redraws  # the charts wait...
+    header = page.evaluate("""window.gradio_config.components
+        .find((c) => c.props && c.props.elem_id === 'header-refresh').id""")
+    assert redraws and all(event == (header, {"progress"}) for event in redraws), redraws  # the charts wait...
     assert page.locator("#progress .gs-progress").get_attribute("data-state") == "finished"
 
     page.evaluate("delete document.hidden")  # ...until the page is in front again
     expect(page.locator("#reward-plot")).to_contain_text("total (weighted)", timeout=10_000)
     page.wait_for_timeout(2_000)
-    assert any("charts" in parts for parts in redraws), redraws
+    assert any("charts" in parts for _, parts in redraws), redraws
