@@ -44,6 +44,9 @@ PART_OUTPUTS = {
     "queue_times": ("queue_view",),  # the line's start times, which the training's steps move
 }
 ALL_PARTS = " ".join(PART_OUTPUTS)
+# The parts followed while the Train tab is out of sight (ui/watch.py): the header, which the page's title reads, and
+# the queue, which moves the page to the run it starts after the shown one.
+BACKGROUND = ("progress", "queue")
 # The line plots, whose colour per series (charts.series_colors) follows their data in a second event (see
 # plot_colors).
 PLOTS = ("reward_plot", *(f"plot_{key}" for key in charts.CHARTS), "probe_plot")
@@ -76,11 +79,16 @@ def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None 
 
 def run_header(run_name: str | None = None, group_step=0, probe_pick: str | None = "latest",
                action_name: str | None = None, token_mode: str = token_views.TEXT,
-               parts: str | None = "progress") -> dict[str, Any]:
-    """The run header alone (and Stop), when `parts` names it: what the page's poll redraws while the Train tab is
-    out of sight, so the page's title can follow the run. Takes the live view's inputs."""
-    moved = "progress" if "progress" in (parts or "").split() else ""
-    return live_view(run_name, group_step, probe_pick, action_name, token_mode, moved)
+               parts: str | None = " ".join(BACKGROUND)) -> dict[str, Any]:
+    """The run header (and Stop) and the queue, those of them `parts` names: what the page's poll redraws while the
+    Train tab is out of sight, so the page's title can follow the run, and the next one the queue starts. Takes the
+    live view's inputs."""
+    moved = [part for part in (parts or "").split() if part in BACKGROUND]
+    out = live_view(run_name, group_step, probe_pick, action_name, token_mode, " ".join(moved))
+    started = queue_view.followed_run(run_name, run_names()) if "queue" in moved else None
+    if started:  # the page moves to the run the queue started: its header comes in the same redraw
+        out.update(shown_run_view(started, {"progress"}))
+    return out
 
 
 def job_stop_buttons() -> dict[str, gr.Button]:

@@ -124,14 +124,20 @@ def queue_part(shown: str | None, run_names: list[str]) -> dict[str, Any]:
     before it."""
     queue = run_queue.read()
     choices = queue_choices(queue)
-    follow = run_queue.follow(queue, shown)
+    follow = followed_run(shown, run_names, queue)
     # Only then: the picker's choices are the server's list of what may be picked, and a page's shown run that was
     # deleted since must stay pickable until the page says it is gone.
-    picker = gr.Dropdown(choices=run_names, value=follow) if follow in run_names else gr.skip()
+    picker = gr.Dropdown(choices=run_names, value=follow) if follow else gr.skip()
     return {"queue_box": gr.Group(visible=bool(queue.waiting)),
             "queue_view": queue_line(queue),
             "queue_pick": gr.Dropdown(choices=choices, value=choices[0][1] if choices else None),
             "run_select": picker}
+
+
+def followed_run(shown: str | None, run_names: list[str], queue: run_queue.Queue | None = None) -> str | None:
+    """The run a page showing `shown` moves to: the one the queue has just started after it, if it is listed."""
+    follow = run_queue.follow(run_queue.read() if queue is None else queue, shown)
+    return follow if follow in run_names else None
 
 
 def queue_line(queue: run_queue.Queue | None = None) -> str:

@@ -24,7 +24,7 @@ from ui.compare_view import COMPARE_EMPTY
 from ui.tab import PageLoad, Tab, TabContext
 from ui.form import REWARD_COLUMNS, SOURCE_SHOWN, SOURCES, config_to_form, form_fields, form_keys, reward_rows
 from ui.live_view import (
-    ALL_PARTS, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors, run_header,
+    ALL_PARTS, BACKGROUND, GROUPS_ONLY_JS, PART_OUTPUTS, PLOTS, live_view, picked_probes, plot_colors, run_header,
 )
 from ui.runs_panel import (
     EXPORTS_EMPTY, NO_RUNS, compare_answers, compare_runs, compare_settings, comparison_download, delete_run,
@@ -404,13 +404,13 @@ def build(ctx: TabContext) -> Tab:
         # plots was redrawn): each event costs the page a pass over every component that has shown a status.
         shown["plot_colors"].change(keyed(plot_colors, live_plots), shown["plot_colors"], list(live_plots.values()),
                                     show_progress="hidden", api_visibility="private")
-        # The run header goes on following while the tab is out of sight, through an event that names its outputs
-        # alone: the page's title says how the run stands.
-        header_outputs = {name: shown[name] for name in PART_OUTPUTS["progress"]}
+        # The run header and the queue go on following while the tab is out of sight, through an event that names
+        # their outputs alone: the page's title says how the run stands, and moves on to the run the queue starts.
+        header_outputs = {name: shown[name] for part in BACKGROUND for name in PART_OUTPUTS[part]}
         header_refresh.click(keyed(run_header, header_outputs), live_inputs, list(header_outputs.values()),
                              js=watch.take_moved_js("header-refresh", len(live_inputs)), show_progress="hidden",
                              trigger_mode="always_last", api_visibility="private")
-        follow_runs = watch.follow("progress", "live-refresh", tuple(PART_OUTPUTS), background=("progress",),
+        follow_runs = watch.follow("progress", "live-refresh", tuple(PART_OUTPUTS), background=BACKGROUND,
                                    background_button="header-refresh")
         follow_steering = steer_panel.wire(steer, run_select, allow, ops)
     return Tab(loads=(PageLoad(refresh_runs, [run_select], listed),

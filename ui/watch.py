@@ -7,11 +7,14 @@ outputs kept a quarter of a core busy in chromium, and the trainer beside it los
 (bench/watch_cost.py). Between two steps, watching a run costs one fetch a second; it names the page's own
 Gradio session, so the app answers it from the page's session state instead of building a new one each time.
 
-A view may name background parts: those it keeps following, every BACKGROUND_POLLS polls, while it is off screen
-(another tab of the app) or the browser tab is behind another, through a button of their own whose event names
+A view may name background parts: those it keeps following, at most every BACKGROUND_S seconds, while it is off
+screen (another tab of the app) or the browser tab is behind another, through a button of their own whose event names
 only their outputs (an event costs the page work for every output it names, whichever it redraws). The Train
 tab's run header is one, so the page's title can say how the run stands (ui/page_title.py) while the user is
-elsewhere; the view's other parts wait and redraw once it is on screen again."""
+elsewhere, and so is its queue, so the page moves on to the run the queue starts next. The view's other parts wait
+and redraw once it is on screen again. The background poll is due by the clock, not by a count of polls: a browser
+slows the timers of a page that has been behind others for minutes to about one a minute, and each of those polls
+is then a background one."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from gradio.context import get_blocks_context
 from pipeline.run_folder import live
 
 ENDPOINT = "live_stamps"
-BACKGROUND_POLLS = 5  # a view's background parts are checked every 5th poll (browsers slow hidden tabs further)
+BACKGROUND_S = 5  # a view's background parts are checked at most this often while it is out of sight
 
 
 def live_stamps(run_name: str | None, action_name: str | None) -> dict[str, str]:
@@ -48,14 +51,16 @@ POLL_JS = """() => {
   const ownSession = 'watch-' + Math.random().toString(36).slice(2);  // until Gradio has set the page's
   const value = (id) => (document.querySelector(id + ' input') || {}).value || null;
   const onScreen = (id) => { const el = document.getElementById(id); return !!el && el.offsetParent !== null; };
-  let busy = false, polls = 0;
+  let busy = false, lastBackground = 0;
   watch.timer = setInterval(async () => {
     // A view on screen in a tab in front follows all its parts; any other, its background parts, now and then.
-    const background = polls++ %% %(background)d === 0;
+    const now = Date.now();
+    const background = now - lastBackground >= %(background_ms)d;
     const views = watch.views.map((v) => (!document.hidden && onScreen(v.show) ? {v, parts: v.parts, button: v.button}
       : {v, parts: background ? v.background : [], button: v.backgroundButton}))
       .filter(({parts, button}) => parts.length && document.getElementById(button));
     if (busy || !views.length) return;
+    if (background) lastBackground = now;
     busy = true;
     try {
       // The page's own Gradio session: a call without one makes Gradio build a new session, the config of
@@ -92,9 +97,9 @@ def follow(show: str, button: str, parts: tuple[str, ...], draw_first: bool = Tr
     """A view that follows the run files: the page script that presses the hidden button `button` (an elem_id)
     when one of `parts` (pipeline/run_folder/live.py: PARTS) moved while the element `show` is on screen. With
     `draw_first` the first stamps seen draw the view (a page load shows the run); without, the view waits for
-    a change. `background` (some of `parts`) are followed while the view is off screen, every BACKGROUND_POLLS
-    polls, by pressing `background_button` (an event that draws those parts alone). Registers the poll's endpoint
-    in the Blocks being built, once.
+    a change. `background` (some of `parts`) are followed while the view is off screen, at most every
+    BACKGROUND_S seconds, by pressing `background_button` (an event that draws those parts alone). Registers the
+    poll's endpoint in the Blocks being built, once.
 
     >>> follow("progress", "live-refresh", ("progress", "log"), background=("progress",))
     Traceback (most recent call last):
@@ -113,7 +118,7 @@ def follow(show: str, button: str, parts: tuple[str, ...], draw_first: bool = Tr
     view = {"show": show, "button": button, "parts": list(parts), "drawFirst": draw_first,
             "background": list(background), "backgroundButton": background_button}
     return POLL_JS % {"view": json.dumps(view), "endpoint": ENDPOINT, "every_ms": int(1000 * live.POLL_S),
-                      "background": BACKGROUND_POLLS}
+                      "background_ms": int(1000 * BACKGROUND_S)}
 
 
 def take_moved_js(button: str, inputs: int) -> str:

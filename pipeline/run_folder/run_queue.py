@@ -20,8 +20,9 @@ from pipeline.run_folder.runs import runs_dir
 # What every queued run's summary shows already (Waiting.summary).
 SUMMARISED = ("max_steps", "learning_rate", "num_generations", "rewards")
 MAX_WAITING = 20  # one user's sweep of a few settings fits; a script that queues without end is told no
-# How long after a queued run starts a page showing the run before it moves to the new one (ui: the live view).
-FOLLOW_S = 15.0
+# How long after a queued run starts a page showing the run before it moves to the new one (ui: the live view). A page
+# behind other browser tabs for minutes may poll only once a minute: the window covers one such poll and a late one.
+FOLLOW_S = 90.0
 
 
 class QueueError(ValueError):
@@ -164,8 +165,8 @@ def follow(queue: Queue, shown: str | None, now: float | None = None) -> str | N
     """The run a page showing `shown` should move to: the one the queue started just now after `shown` ended.
 
     >>> q = Queue(started=[{"run": "b", "after": "a", "at": 100.0}])
-    >>> follow(q, "a", now=105.0), follow(q, "a", now=200.0), follow(q, "c", now=105.0)
-    ('b', None, None)
+    >>> follow(q, "a", now=105.0), follow(q, "a", now=165.0), follow(q, "a", now=300.0), follow(q, "c", now=105.0)
+    ('b', 'b', None, None)
     """
     now = time.time() if now is None else now
     for record in reversed(queue.started):

@@ -8,7 +8,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from pipeline.run_folder import runs
+from pipeline.run_folder import run_queue, runs
 from pipeline.setup.config import RunConfig
 
 from .conftest import ARTIFACTS
@@ -161,10 +161,27 @@ def titled_run(studio_data):
     yield from running_run("titled", max_steps=5, steps=1)
 
 
+# A browser slows the timers of a page that has been behind other tabs for minutes to about one a minute. This
+# stands in for that, faster: once the test sets window.gsSlowMs, each repeating timer fires at most that often.
+SLOW_TIMERS_JS = """(() => {
+  const every = window.setInterval;
+  window.setInterval = (fn, ms, ...args) => {
+    let last = 0;
+    return every(() => {
+      const now = Date.now();
+      if (window.gsSlowMs && now - last < window.gsSlowMs) return;
+      last = now;
+      fn(...args);
+    }, ms);
+  };
+})();"""
+
+
 def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_url, titled_run):
-    """The browser tab's title says the shown run's step, and that it ended; while the page is hidden the poll
-    still redraws the run header now and then (and nothing else, through an event of its own that names only the
-    header's outputs), so the title moves on."""
+    """The browser tab's title says the shown run's step, and that it ended; while the page is hidden (and its
+    timers slowed, as a browser does) each poll it gets still redraws the run header and the queue (and nothing
+    else, through an event of its own that names only their outputs), so the title moves on, and the page moves
+    to the run the queue starts next, its header and title with it."""
     redraws = []
 
     def seen(request):
@@ -174,24 +191,42 @@ def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_
             redraws.append((body.get("trigger_id"), set(data[5].split())))
 
     page.on("request", seen)
+    page.add_init_script(SLOW_TIMERS_JS)
     page.goto(app_url)
     expect(page.locator("#run-select input")).to_have_value(titled_run.name)
     expect(page).to_have_title("1/5 ▶ GRPO Studio", timeout=30_000)
-    page.evaluate("Object.defineProperty(document, 'hidden', {get: () => true, configurable: true})")
+    page.evaluate("""Object.defineProperty(document, 'hidden', {get: () => true, configurable: true});
+                     window.gsSlowMs = 6000""")
     page.wait_for_timeout(1_500)  # the page load's own redraws, and a poll that began in front, settle
     redraws.clear()
 
     runs.append_jsonl(titled_run / "metrics.jsonl", {**metrics_line(2), "max_steps": 5})
     runs.write_status(titled_run, "finished", ended_at=time.time())
-    expect(page).to_have_title("✓ Finished · GRPO Studio", timeout=12_000)
-    header = page.evaluate("""window.gradio_config.components
-        .find((c) => c.props && c.props.elem_id === 'header-refresh').id""")
-    assert redraws and all(event == (header, {"progress"}) for event in redraws), redraws  # the charts wait...
+    expect(page).to_have_title("✓ Finished · GRPO Studio", timeout=14_000)
     assert page.locator("#progress .gs-progress").get_attribute("data-state") == "finished"
 
-    page.evaluate("delete document.hidden")  # ...until the page is in front again
-    for _ in range(20):
-        if any("charts" in parts for _, parts in redraws):
-            break
-        page.wait_for_timeout(500)
-    assert any("charts" in parts for _, parts in redraws), redraws
+    # The queue starts the next run after it: the page, still hidden, moves to that run at its next polls.
+    following = running_run("titled-next", max_steps=5, steps=0)
+    next_run = next(following)
+    kept = run_queue.read()
+    try:
+        queue = run_queue.read()
+        queue.started.append({"run": next_run.name, "after": titled_run.name, "at": time.time(), "label": "next"})
+        run_queue.write(queue)
+        expect(page.locator("#run-select input")).to_have_value(next_run.name, timeout=14_000)
+        # its header comes in the same redraw, not a slowed poll later
+        expect(page).to_have_title("0/5 ▶ GRPO Studio", timeout=2_000)
+        header = page.evaluate("""window.gradio_config.components
+            .find((c) => c.props && c.props.elem_id === 'header-refresh').id""")
+        assert redraws and all(event == header and parts <= {"progress", "queue"} for event, parts in redraws), \
+            redraws  # the charts wait...
+
+        page.evaluate("delete document.hidden; window.gsSlowMs = 0")  # ...until the page is in front again
+        for _ in range(20):
+            if any("charts" in parts for _, parts in redraws):
+                break
+            page.wait_for_timeout(500)
+        assert any("charts" in parts for _, parts in redraws), redraws
+    finally:
+        run_queue.write(kept)  # later tests read the queue's record of the runs it started
+        next(following, None)
