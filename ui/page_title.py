@@ -1,29 +1,82 @@
 """The browser tab's title follows the run the Train tab shows: "6/11 ▶ GRPO Studio" while it trains, "✓ Finished
 · GRPO Studio" once it is done. Someone who pressed Start and went to another tab, or chats on the Chat tab,
-sees from the tab strip how far the run is and when it has ended.
+sees from the tab strip how far the run is and when it has ended. The header's bell (ui/views.py) asks for a
+browser notification as well: once allowed, a run that ends while the page is out of sight says so on the desktop.
+The choice is the browser's, kept in its storage for every run until the bell is pressed again.
 
-The title is read from the run header (ui/views.py: progress_html's data-state, data-step and data-total), which
-the page's poll keeps drawing while the Train tab is out of sight (ui/watch.py: a background part), every few
-seconds. No Gradio event and no request of its own: a watcher on the header element."""
+The title is read from the run header (ui/views.py: progress_html's data-state, data-step, data-total and
+data-run), which the page's poll keeps drawing while the Train tab is out of sight (ui/watch.py: a background
+part), every few seconds. No Gradio event and no request of its own: a watcher on the header element."""
 
 from __future__ import annotations
 
 # The title for each state the header can show; running and queued show the step instead.
 ENDED = {"finished": "✓ Finished", "stopped": "■ Stopped", "failed": "✗ Failed", "damaged": "✗ Damaged"}
+NOTIFY_KEY = "gs-notify"  # the browser's storage: "1" while this browser wants a notification when a run ends
 
 TITLE_JS = """() => {
   if (window.gsTitle) return;
   const base = document.title || 'GRPO Studio';
-  const ended = %(ended)s;
-  const title = () => {
-    const run = document.querySelector('#progress .gs-progress');
+  const ended = %(ended)s, key = %(key)s;
+  const under = (state) => state === 'running' || state === 'queued';
+  const title = (run) => {
     if (!run) return base;
     const {state, step, total} = run.dataset;
     if (state === 'queued' && step === '0') return `Queued · ${base}`;
-    if (state === 'running' || state === 'queued') return `${step}/${total || '?'} ▶ ${base}`;
+    if (under(state)) return `${step}/${total || '?'} ▶ ${base}`;
     return ended[state] ? `${ended[state]} · ${base}` : base;
   };
-  const update = () => { const next = title(); if (document.title !== next) document.title = next; };
+  // Notifications: only in a secure page (https, or the app on this machine), once the browser allows them.
+  const can = () => window.isSecureContext && 'Notification' in window;
+  const wanted = () => can() && Notification.permission === 'granted' && localStorage.getItem(key) === '1';
+  const away = () => {
+    const header = document.getElementById('progress');
+    return document.hidden || !document.hasFocus() || !header || header.offsetParent === null;
+  };
+  const notify = (head, body) => {
+    if (!wanted() || !away()) return;
+    try {
+      const note = new Notification(head, {body, tag: 'grpo-studio'});
+      note.onclick = () => { window.focus(); note.close(); };
+    } catch (err) { /* a browser that takes notifications from its service worker only */ }
+  };
+  const bell = () => {  // the bell says whether a notification will come
+    const button = document.querySelector('#progress .gs-notify');
+    if (!button) return;
+    if (!can()) { if (!button.hidden) button.hidden = true; return; }
+    const blocked = Notification.permission === 'denied';
+    const label = blocked ? 'Notifications blocked' : wanted() ? '✓ Notifying' : 'Notify me';
+    const tip = blocked ? "The browser blocks this page's notifications: allow them in its site settings."
+      : wanted() ? 'A notification comes when a run ends while this page is out of sight. Press to stop them.'
+      : button.title;
+    if (button.textContent !== label) button.textContent = label;
+    if (button.title !== tip) button.title = tip;
+    if (button.classList.contains('gs-notify-on') !== wanted()) button.classList.toggle('gs-notify-on');
+  };
+  let last = null;
+  const update = () => {
+    const run = document.querySelector('#progress .gs-progress');
+    const next = title(run);
+    if (document.title !== next) document.title = next;
+    bell();
+    if (!run) { last = null; return; }
+    const {state, step, total} = run.dataset, name = run.dataset.run;
+    if (last && under(last.state) && last.run === name && ended[state]) {
+      notify(`${ended[state]}: ${name}`, `Step ${step} of ${total}. GRPO Studio`);
+    } else if (last && under(last.state) && last.run !== name) {  // the queue moved the page on
+      notify(`${last.run} has ended`, `The queue started ${name}. GRPO Studio`);
+    }
+    last = {run: name, state};
+  };
+  document.addEventListener('click', async (event) => {
+    if (!event.target.closest || !event.target.closest('#progress .gs-notify') || !can()) return;
+    if (wanted()) localStorage.setItem(key, '0');
+    else if (Notification.permission !== 'denied') {
+      const answer = Notification.permission === 'granted' ? 'granted' : await Notification.requestPermission();
+      localStorage.setItem(key, answer === 'granted' ? '1' : '0');
+    }
+    bell();
+  });
   const watch = () => {
     const header = document.getElementById('progress');
     if (!header) { setTimeout(watch, 500); return; }
@@ -36,11 +89,11 @@ TITLE_JS = """() => {
 
 
 def title_js() -> str:
-    """The page script that keeps the tab's title on the shown run's state.
+    """The page script that keeps the tab's title on the shown run's state, and notifies when it ends.
 
-    >>> "✓ Finished" in title_js() and "%(" not in title_js()
+    >>> "✓ Finished" in title_js() and "%(" not in title_js() and '"gs-notify"' in title_js()
     True
     """
     import json
 
-    return TITLE_JS % {"ended": json.dumps(ENDED, ensure_ascii=False)}
+    return TITLE_JS % {"ended": json.dumps(ENDED, ensure_ascii=False), "key": json.dumps(NOTIFY_KEY)}

@@ -80,11 +80,15 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
     if status.get("device_warning"):  # e.g. a GPU box whose torch is a CPU build
         error += (f"<div class='gs-warn gs-device-warning'><b>⚠ On the CPU.</b> "
                   f"{html.escape(status['device_warning'])}</div>")
+    # While the run is under way, a bell: a browser notification when it ends (ui/page_title.py draws its label).
+    bell = ("<button type='button' class='gs-notify' title='A browser notification when this run ends, while this "
+            "page is out of sight'>Notify me</button>" if state in ("running", "queued") else "")
     return (
-        f"<div class='gs-progress' data-state='{state}' data-step='{step}' data-total='{total}'>"
+        f"<div class='gs-progress' data-state='{state}' data-step='{step}' data-total='{total}' "
+        f"data-run='{html.escape(run_name)}'>"
         f"<div class='gs-progress-head'><span class='gs-badge' style='background:{color}'>{state}</span> "
         f"<b>{html.escape(run_name)}</b>{where} &nbsp; step <b class='gs-step'>{step}</b> / {total} &nbsp; "
-        f"{timing}{detail}</div>"
+        f"{timing}{detail}{bell}</div>"
         f"<div class='gs-bar'><div style='width:{pct:.1f}%;background:{color}'></div></div>{error}</div>"
     )
 

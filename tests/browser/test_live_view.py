@@ -175,13 +175,22 @@ SLOW_TIMERS_JS = """(() => {
     }, ms);
   };
 })();"""
+# The browser's notifications, kept in window.gsNotes instead of shown; the user allows them when asked.
+NOTES_JS = """(() => {
+  window.gsNotes = [];
+  class Note { constructor(head, options) { window.gsNotes.push([head, (options || {}).body]); } close() {} }
+  Note.permission = 'default';
+  Note.requestPermission = async () => (Note.permission = 'granted');
+  window.Notification = Note;
+})();"""
 
 
 def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_url, titled_run):
     """The browser tab's title says the shown run's step, and that it ended; while the page is hidden (and its
     timers slowed, as a browser does) each poll it gets still redraws the run header and the queue (and nothing
     else, through an event of its own that names only their outputs), so the title moves on, and the page moves
-    to the run the queue starts next, its header and title with it."""
+    to the run the queue starts next, its header and title with it. With the header's bell pressed, the run's end
+    comes as a browser notification."""
     redraws = []
 
     def seen(request):
@@ -192,9 +201,14 @@ def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_
 
     page.on("request", seen)
     page.add_init_script(SLOW_TIMERS_JS)
+    page.add_init_script(NOTES_JS)
     page.goto(app_url)
     expect(page.locator("#run-select input")).to_have_value(titled_run.name)
     expect(page).to_have_title("1/5 ▶ GRPO Studio", timeout=30_000)
+    bell = page.locator("#progress .gs-notify")
+    expect(bell).to_have_text("Notify me")
+    bell.click()  # the browser asks; the user allows
+    expect(bell).to_have_text("✓ Notifying")
     page.evaluate("""Object.defineProperty(document, 'hidden', {get: () => true, configurable: true});
                      window.gsSlowMs = 6000""")
     page.wait_for_timeout(1_500)  # the page load's own redraws, and a poll that began in front, settle
@@ -204,6 +218,8 @@ def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_
     runs.write_status(titled_run, "finished", ended_at=time.time())
     expect(page).to_have_title("✓ Finished · GRPO Studio", timeout=14_000)
     assert page.locator("#progress .gs-progress").get_attribute("data-state") == "finished"
+    assert page.evaluate("window.gsNotes") == [[f"✓ Finished: {titled_run.name}", "Step 2 of 5. GRPO Studio"]]
+    expect(bell).to_have_count(0)  # no bell on a run that has ended
 
     # The queue starts the next run after it: the page, still hidden, moves to that run at its next polls.
     following = running_run("titled-next", max_steps=5, steps=0)
@@ -227,6 +243,10 @@ def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_
                 break
             page.wait_for_timeout(500)
         assert any("charts" in parts for _, parts in redraws), redraws
+        assert len(page.evaluate("window.gsNotes")) == 1  # moving to the queue's next run, after the end: no more
+        expect(bell).to_have_text("✓ Notifying")  # the choice holds for the next run, until pressed again
+        bell.click()
+        expect(bell).to_have_text("Notify me")
     finally:
         run_queue.write(kept)  # later tests read the queue's record of the runs it started
         next(following, None)
