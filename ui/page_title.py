@@ -1,8 +1,8 @@
 """The browser tab's title follows the run the Train tab shows: "6/11 ▶ GRPO Studio" while it trains, "✓ Finished
 · GRPO Studio" once it is done. Someone who pressed Start and went to another tab, or chats on the Chat tab,
-sees from the tab strip how far the run is and when it has ended. The header's bell (ui/views.py) asks for a
-browser notification as well: once allowed, a run that ends while the page is out of sight says so on the desktop.
-The choice is the browser's, kept in its storage for every run until the bell is pressed again.
+sees from the tab strip how far the run is and when it has ended. The header's *Notify me* (ui/views.py) asks
+for a browser notification as well: once allowed, a run that ends while the page is out of sight says so on the
+desktop. The choice is the browser's, kept in its storage for every run until *Notify me* is pressed again.
 
 The title is read from the run header (ui/views.py: progress_html's data-state, data-step, data-total and
 data-run), which the page's poll keeps drawing while the Train tab is out of sight (ui/watch.py: a background
@@ -13,11 +13,12 @@ from __future__ import annotations
 # The title for each state the header can show; running and queued show the step instead.
 ENDED = {"finished": "✓ Finished", "stopped": "■ Stopped", "failed": "✗ Failed", "damaged": "✗ Damaged"}
 NOTIFY_KEY = "gs-notify"  # the browser's storage: "1" while this browser wants a notification when a run ends
+NOTIFY_TIP = "A browser notification when this run ends, while this page is out of sight"  # *Notify me*'s hover
 
 TITLE_JS = """() => {
   if (window.gsTitle) return;
   const base = document.title || 'GRPO Studio';
-  const ended = %(ended)s, key = %(key)s;
+  const ended = %(ended)s, key = %(key)s, offTip = %(tip)s;
   const under = (state) => state === 'running' || state === 'queued';
   const title = (run) => {
     if (!run) return base;
@@ -48,7 +49,7 @@ TITLE_JS = """() => {
     const label = blocked ? 'Notifications blocked' : wanted() ? '✓ Notifying' : 'Notify me';
     const tip = blocked ? "The browser blocks this page's notifications: allow them in its site settings."
       : wanted() ? 'A notification comes when a run ends while this page is out of sight. Press to stop them.'
-      : button.title;
+      : offTip;
     if (button.textContent !== label) button.textContent = label;
     if (button.title !== tip) button.title = tip;
     if (button.classList.contains('gs-notify-on') !== wanted()) button.classList.toggle('gs-notify-on');
@@ -96,4 +97,5 @@ def title_js() -> str:
     """
     import json
 
-    return TITLE_JS % {"ended": json.dumps(ENDED, ensure_ascii=False), "key": json.dumps(NOTIFY_KEY)}
+    return TITLE_JS % {"ended": json.dumps(ENDED, ensure_ascii=False), "key": json.dumps(NOTIFY_KEY),
+                       "tip": json.dumps(NOTIFY_TIP)}

@@ -17,6 +17,7 @@ from ui.probes_view import fmt_score, task_key
 from ui.prompt_names import prompt_tail, short_prompt
 from ui import token_views
 from ui.clock import clock_html, clock_state, ended_seconds, fmt_seconds
+from ui.page_title import NOTIFY_TIP
 
 
 STATE_COLORS = {"running": "#2563eb", "queued": "#6b7280", "new": "#9ca3af", "finished": "#16a34a",
@@ -80,9 +81,9 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
     if status.get("device_warning"):  # e.g. a GPU box whose torch is a CPU build
         error += (f"<div class='gs-warn gs-device-warning'><b>⚠ On the CPU.</b> "
                   f"{html.escape(status['device_warning'])}</div>")
-    # While the run is under way, a bell: a browser notification when it ends (ui/page_title.py draws its label).
-    bell = ("<button type='button' class='gs-notify' title='A browser notification when this run ends, while this "
-            "page is out of sight'>Notify me</button>" if state in ("running", "queued") else "")
+    # While the run is under way, *Notify me*: a browser notification when it ends (ui/page_title.py keeps its label).
+    bell = (f"<button type='button' class='gs-notify' title='{NOTIFY_TIP}'>Notify me</button>"
+            if state in ("running", "queued") else "")
     return (
         f"<div class='gs-progress' data-state='{state}' data-step='{step}' data-total='{total}' "
         f"data-run='{html.escape(run_name)}'>"

@@ -10,6 +10,7 @@ from playwright.sync_api import expect
 
 from pipeline.run_folder import run_queue, runs
 from pipeline.setup.config import RunConfig
+from ui.page_title import NOTIFY_TIP
 
 from .conftest import ARTIFACTS
 
@@ -247,6 +248,7 @@ def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_
         expect(bell).to_have_text("✓ Notifying")  # the choice holds for the next run, until pressed again
         bell.click()
         expect(bell).to_have_text("Notify me")
+        expect(bell).to_have_attribute("title", NOTIFY_TIP)  # its hover says what it does again
     finally:
         run_queue.write(kept)  # later tests read the queue's record of the runs it started
         next(following, None)
