@@ -1,8 +1,9 @@
-"""The browser tab's title follows the run the Train tab shows: "6/11 ▶ GRPO Studio" while it trains, "✓ Finished
-· GRPO Studio" once it is done. Someone who pressed Start and went to another tab, or chats on the Chat tab,
-sees from the tab strip how far the run is and when it has ended. The header's *Notify me* (ui/views.py) asks
-for a browser notification as well: once allowed, a run that ends while the page is out of sight says so on the
-desktop. The choice is the browser's, kept in its storage for every run until *Notify me* is pressed again.
+"""The browser tab's title follows the run the Train tab shows: "6/11 ▶ 3 min left · GRPO Studio" while it trains (the
+header's ETA, in whole minutes), "✓ Finished · GRPO Studio" once it is done. Someone who pressed Start and went to
+another tab, or chats on the Chat tab, sees from the tab strip how far the run is and when it has ended. The
+header's *Notify me* (ui/views.py) asks for a browser notification as well: once allowed, a run that ends while the
+page is out of sight says so on the desktop. The choice is the browser's, kept in its storage for every run until
+*Notify me* is pressed again.
 
 The title is read from the run header (ui/views.py: progress_html's data-state, data-step, data-total and
 data-run), which the page's poll keeps drawing while the Train tab is out of sight (ui/watch.py: a background
@@ -20,11 +21,20 @@ TITLE_JS = """() => {
   const base = document.title || 'GRPO Studio';
   const ended = %(ended)s, key = %(key)s, offTip = %(tip)s;
   const under = (state) => state === 'running' || state === 'queued';
+  // The header's ETA ("2m25s", "1h05m") to the nearest minute, so the title changes once a minute, not every second.
+  const minutes = (text) => {
+    const hours = /^(\\d+)h(\\d+)m$/.exec(text), mins = /^(\\d+)m(\\d+)s$/.exec(text);
+    if (hours) return `${hours[1]}h${hours[2]}m left · `;
+    if (!mins) return '';
+    const seconds = 60 * Number(mins[1]) + Number(mins[2]);
+    return seconds < 60 ? '<1 min left · ' : `${Math.round(seconds / 60)} min left · `;
+  };
   const title = (run) => {
     if (!run) return base;
     const {state, step, total} = run.dataset;
     if (state === 'queued' && step === '0') return `Queued · ${base}`;
-    if (under(state)) return `${step}/${total || '?'} ▶ ${base}`;
+    const left = run.querySelector('.gs-left');
+    if (under(state)) return `${step}/${total || '?'} ▶ ${left ? minutes(left.textContent.trim()) : ''}${base}`;
     return ended[state] ? `${ended[state]} · ${base}` : base;
   };
   // Notifications: only in a secure page (https, or the app on this machine), once the browser allows them.

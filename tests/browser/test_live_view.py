@@ -205,7 +205,8 @@ def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_
     page.add_init_script(NOTES_JS)
     page.goto(app_url)
     expect(page.locator("#run-select input")).to_have_value(titled_run.name)
-    expect(page).to_have_title("1/5 ▶ GRPO Studio", timeout=30_000)
+    # the step, and the header's ETA (100 s at the step, counting down) in whole minutes
+    expect(page).to_have_title(re.compile(r"^1/5 ▶ [12] min left · GRPO Studio$"), timeout=30_000)
     bell = page.locator("#progress .gs-notify")
     expect(bell).to_have_text("Notify me")
     bell.click()  # the browser asks; the user allows
