@@ -11,7 +11,11 @@ part), every few seconds. No Gradio event and no request of its own: a watcher o
 
 from __future__ import annotations
 
-# The title for each state the header can show; running and queued show the step instead.
+import json
+
+from pipeline.run_folder.jobstate import ACTIVE_STATES
+
+# The title for each state the header can show; running and queued (ACTIVE_STATES) show the step instead.
 ENDED = {"finished": "✓ Finished", "stopped": "■ Stopped", "failed": "✗ Failed", "damaged": "✗ Damaged"}
 NOTIFY_KEY = "gs-notify"  # the browser's storage: "1" while this browser wants a notification when a run ends
 NOTIFY_TIP = "A browser notification when this run ends, while this page is out of sight"  # *Notify me*'s hover
@@ -19,8 +23,8 @@ NOTIFY_TIP = "A browser notification when this run ends, while this page is out 
 TITLE_JS = """() => {
   if (window.gsTitle) return;
   const base = document.title || 'GRPO Studio';
-  const ended = %(ended)s, key = %(key)s, offTip = %(tip)s;
-  const under = (state) => state === 'running' || state === 'queued';
+  const ended = %(ended)s, active = %(active)s, key = %(key)s, offTip = %(tip)s;
+  const under = (state) => active.includes(state);
   // The header's ETA ("2m25s", "1h05m") to the nearest minute, so the title changes once a minute, not every second.
   const minutes = (text) => {
     const hours = /^(\\d+)h(\\d+)m$/.exec(text), mins = /^(\\d+)m(\\d+)s$/.exec(text);
@@ -105,7 +109,5 @@ def title_js() -> str:
     >>> "✓ Finished" in title_js() and "%(" not in title_js() and '"gs-notify"' in title_js()
     True
     """
-    import json
-
-    return TITLE_JS % {"ended": json.dumps(ENDED, ensure_ascii=False), "key": json.dumps(NOTIFY_KEY),
-                       "tip": json.dumps(NOTIFY_TIP)}
+    return TITLE_JS % {"ended": json.dumps(ENDED, ensure_ascii=False), "active": json.dumps(ACTIVE_STATES),
+                       "key": json.dumps(NOTIFY_KEY), "tip": json.dumps(NOTIFY_TIP)}

@@ -286,7 +286,8 @@ def build(ctx: TabContext) -> Tab:
         # event hands the handler those parts (its last input, filled in by the poll's js).
         live_refresh = gr.Button("Refresh the live view", elem_id="live-refresh", elem_classes=["gs-hidden"])
         moved_parts = gr.Textbox(ALL_PARTS, label="Live view parts to redraw", elem_classes=["gs-hidden"])
-        # The run header alone, pressed by the poll while the tab is out of sight (the page's title follows it).
+        # The run header and the queue, pressed by the poll while the tab is out of sight (the page's title reads
+        # the header; the queue moves the page to the run it starts).
         header_refresh = gr.Button("Refresh the run header", elem_id="header-refresh", elem_classes=["gs-hidden"])
         # The live view's outputs by name (PART_OUTPUTS), in the order the API returns them.
         shown = {"progress": progress_box, "stop_btn": stop_btn, "health": health, "reward_plot": reward_plot, **plots,

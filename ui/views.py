@@ -10,6 +10,7 @@ import time
 import pandas as pd
 
 from pipeline.rewards.advantages import STD_EPS, group_stats
+from pipeline.run_folder.jobstate import ACTIVE_STATES
 from pipeline.training.health import health_warnings
 from pipeline.training.paired_gain import gain_sentence, paired_gain
 from ui.charts import _finite, monitor_label
@@ -83,7 +84,7 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
                   f"{html.escape(status['device_warning'])}</div>")
     # While the run is under way, *Notify me*: a browser notification when it ends (ui/page_title.py keeps its label).
     bell = (f"<button type='button' class='gs-notify' title='{NOTIFY_TIP}'>Notify me</button>"
-            if state in ("running", "queued") else "")
+            if state in ACTIVE_STATES else "")
     return (
         f"<div class='gs-progress' data-state='{state}' data-step='{step}' data-total='{total}' "
         f"data-run='{html.escape(run_name)}'>"
