@@ -12,6 +12,8 @@
   e. (asked for by name) the training passes compiled: the pipeline as shipped against the same run with the
      trainer's torch_compile by decoder layer (accelerate's regional compilation), interleaved; s/step, the first
      steps' seconds (compiles), and step 1's loss and KL on both sides (the same samples, so they should agree).
+  f. (asked for by name) the pipeline as shipped against the same run with one of the changes the step profile
+     led to taken back: cuDNN's attention kernels allowed, the decoding step's guards checked at every token.
 
     python bench/gpu_device_check.py skeleton OUT             here (needs the bundled model package): the bundled
                                                                model's config and tokenizer, read from its GGUF
@@ -152,8 +154,8 @@ class random_weights_loader:
 # ---- one pipeline run in this process ------------------------------------------------------------------------
 
 
-class RowTimeout(Exception):
-    pass
+class RowTimeout(BaseException):
+    """Not an Exception: the trainer's own fallbacks (static decoding's, for one) catch those and go on."""
 
 
 def run_config(model_dir: Path, fields: dict, steps: int) -> dict:
@@ -734,24 +736,25 @@ def compiled_training_passes():
         torch._dynamo.config.recompile_limit = limit
 
 
-def part_compiled(ctx) -> None:
+def interleaved_runs(ctx, key: str, sides: dict, shapes: list[str]) -> None:
+    """The pipeline's run on each of `shapes` under each side, round by round (A/B/A/B): side name ->
+    (a context the run starts inside, a function given the built trainer, or None). Prints each run's steps and
+    the steady s/step (median after the first two steps: the compiles, the dynamic-shape recompile) against the
+    first side's; records them under `key`."""
     from pipeline.run_folder import runs
 
-    print("\n== e. the training passes compiled by decoder layer (torch_compile, regional) vs as shipped, interleaved "
-          "A/B/A/B, same settings; steady = median step after the first two (compiles, the dynamic-shape recompile)")
-    sides = ("as shipped", "compiled")
-    for name in ctx.versus_shapes:
+    for name in shapes:
         folder = model_folder(name, ctx.shapes, ctx.skeleton, ctx.work, weights=False)
         cfg, _ = run_config(folder, {**ctx.ab_fields, **ctx.engine_field}, ctx.versus_steps + 1)
         found: dict[str, list] = {side: [] for side in sides}
         for i in range(ctx.rounds):
-            for side in sides:
+            for side, (context, on_trainer) in sides.items():
                 if ctx.left() < 45:
                     print(f"{name} round {i + 1} {side}: skipped, the time budget is spent")
                     continue
-                run_dir = ctx.work / f"compiled-{name}-{i}-{side.replace(' ', '_')}"
-                with compiled_training_passes() if side == "compiled" else contextlib.nullcontext():
-                    r = train_here(run_dir, cfg, min(ctx.left() - 5, ctx.part_cap))
+                run_dir = ctx.work / f"{key}-{name}-{i}-{side.replace(' ', '_')}"
+                with context():
+                    r = train_here(run_dir, cfg, min(ctx.left() - 5, ctx.part_cap), on_trainer=on_trainer)
                 metrics = runs.read_metrics(run_dir)
                 first = metrics[0] if metrics else {}
                 secs = r["step_seconds"]
@@ -761,13 +764,50 @@ def part_compiled(ctx) -> None:
                 found[side].append(r)
                 print(f"{name} round {i + 1} {side}: {r['state']}, steps {', '.join(f'{x:.2f}' for x in secs)} s; "
                       f"steady {fmt(r['steady'], '.3f')} s/step; step 1 loss {fmt(r['step1_loss'], '.6g')}, "
-                      f"step 2 loss {fmt(r['step2_loss'], '.6g')}; peak {fmt_gib(r.get('peak_allocated'))}"
-                      + (f"; error {r['error']}" if r.get("error") else ""))
-        steady = {s: [r["steady"] for r in rs if r["steady"]] for s, rs in found.items()}
-        if all(steady.values()):
-            a, b = statistics.median(steady["as shipped"]), statistics.median(steady["compiled"])
-            print(f"{name}: steady s/step as shipped {a:.3f}, compiled {b:.3f}, ratio {b / a:.3f}")
-        ctx.record("compiled", {"shape": name, "config": cfg, "runs": found})
+                      f"step 2 loss {fmt(r['step2_loss'], '.6g')}; peak {fmt_gib(r.get('peak_allocated'))}; "
+                      f"generation {r['generation']}" + (f"; error {r['error']}" if r.get("error") else ""))
+        steady = {s: statistics.median(v) for s, v in
+                  ((s, [r["steady"] for r in rs if r["steady"]]) for s, rs in found.items()) if v}
+        base = next(iter(sides))
+        if base in steady and len(steady) > 1:
+            print(f"{name}: steady s/step " + ", ".join(f"{s} {v:.3f}" for s, v in steady.items()) + "; ratio to "
+                  f"{base}: " + ", ".join(f"{s} {v / steady[base]:.3f}" for s, v in steady.items() if s != base))
+        ctx.record(key, {"shape": name, "config": cfg, "runs": found})
+
+
+def part_compiled(ctx) -> None:
+    print("\n== e. the training passes compiled by decoder layer (torch_compile, regional) vs as shipped, interleaved "
+          "A/B/A/B, same settings; steady = median step after the first two (compiles, the dynamic-shape recompile)")
+    interleaved_runs(ctx, "compiled", {"as shipped": (contextlib.nullcontext, None),
+                                       "compiled": (compiled_training_passes, None)}, ctx.versus_shapes)
+
+
+# ---- f. what the step profile pointed at, each put back ------------------------------------------------------
+
+
+def with_cudnn_attention(trainer) -> None:
+    """The run as before attention_kernels: cuDNN's attention kernels allowed (the trainer set them off)."""
+    import torch
+
+    torch.backends.cuda.enable_cudnn_sdp(True)
+
+
+def with_guards_every_token(trainer) -> None:
+    """The run as before StaticDecoder.skip_guards: the compiled decoding step checks its guards at every token."""
+    if getattr(trainer, "studio_static", None) is not None:
+        trainer.studio_static.skip_guards = False
+
+
+def part_profile_fixes(ctx) -> None:
+    """The pipeline as shipped against the same run with one of the two changes the step profile led to taken back:
+    cuDNN's attention (a plan built per new sequence length in every pass) and the decoding step's guards checked
+    at every token (about 2 ms a token on the host). The first of the part's shapes only."""
+    print("\n== f. as shipped vs each change the step profile led to taken back, interleaved A/B/C, same settings; "
+          "steady = median step after the first two")
+    interleaved_runs(ctx, "fixes", {"as shipped": (contextlib.nullcontext, None),
+                                    "cuDNN attention": (contextlib.nullcontext, with_cudnn_attention),
+                                    "guards every token": (contextlib.nullcontext, with_guards_every_token)},
+                     ctx.versus_shapes[:1])  # the bundled shape: three runs, each compiling, fill the part's time
 
 # ---- c. the size table ---------------------------------------------------------------------------------------
 
@@ -915,7 +955,8 @@ class Context:
         if self.smoke and a.real_shapes:
             self.part_cap = 300  # TRL's log-prob head in plain torch over a 151,936-word vocabulary, on 2 cores
         self.isolate = a.isolate
-        self.results: dict[str, list] = {"profile": [], "versus": [], "size": [], "decode": [], "compiled": []}
+        self.results: dict[str, list] = {part: [] for part in ("profile", "versus", "size", "decode", "compiled",
+                                                                "fixes")}
 
     def left(self) -> float:
         return self.deadline - time.time()
@@ -927,7 +968,8 @@ class Context:
 
 def run_all(a) -> int:
     ctx = Context(a)
-    parts = {"a": part_profile, "b": part_versus, "c": part_size_table, "d": part_decode, "e": part_compiled}
+    parts = {"a": part_profile, "b": part_versus, "c": part_size_table, "d": part_decode, "e": part_compiled,
+             "f": part_profile_fixes}
     shapes = "the real shapes at the smoke settings (their op counts hold; their times say nothing about a GPU)" \
         if a.real_shapes else "tiny shapes, nothing here says anything about a GPU"
     print(f"work folder {ctx.work}; {ctx.left():.0f} s of budget" + (f"; CPU smoke run: {shapes}" if ctx.smoke else ""))
@@ -935,8 +977,9 @@ def run_all(a) -> int:
     for n, key in enumerate(a.parts):
         t0 = time.time()
         # a and b have caps of their own when parts come after them; the last part takes what is left
-        cap = {"a": a.budget_a, "b": a.budget_b or 0.45 * (whole - t0), "d": a.budget_d, "e": a.budget_e}.get(key) \
-            if a.parts[n + 1:] else None
+        caps = {"a": a.budget_a, "b": a.budget_b or 0.45 * (whole - t0), "d": a.budget_d, "e": a.budget_e,
+                "f": a.budget_f}
+        cap = caps.get(key) if a.parts[n + 1:] else None
         ctx.deadline = min(whole, t0 + cap) if cap else whole
         parts[key](ctx)
         print(f"-- part {key}: {time.time() - t0:.0f} s; {time.time() - ctx.start:.0f} s since the start")
@@ -967,7 +1010,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--budget-a", type=float, default=130, help="seconds for part a (compiles included)")
     p.add_argument("--budget-b", type=float, default=0, help="seconds for part b (0 = 45%% of what a left)")
     p.add_argument("--parts", default="abc", help="which parts, in order: a profile, b versus, c size table, "
-                                                  "d the decoding step's two compiles, e the training passes compiled")
+                                                  "d the decoding step's compiles, e the training passes compiled, "
+                                                  "f the profile's two changes each taken back")
+    p.add_argument("--budget-f", type=float, default=240, help="seconds for part f when parts come after it")
     p.add_argument("--budget-d", type=float, default=150, help="seconds for part d when parts come after it")
     p.add_argument("--budget-e", type=float, default=200, help="seconds for part e when parts come after it")
     p.add_argument("--engine", default="", help="generation_engine for the pipeline runs (auto, eager, ...), when "

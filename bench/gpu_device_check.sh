@@ -15,6 +15,9 @@
 #      regional compilation) against the pipeline as shipped, interleaved: steady s/step, the compile steps, step 1's
 #      loss on both sides. A step far above its arithmetic with its GPU mostly idle is bound by what the host
 #      dispatches (part a's op profile says so); compiling the layers is what cuts that.
+#   f. (only when named) the pipeline as shipped against the same run with one change that part a's op profile led
+#      to taken back each: cuDNN's attention kernels allowed (a plan built per new sequence length, in every pass),
+#      and the decoding step's guards checked at every token (about 2 ms a token on the host). Interleaved A/B/C.
 # Rows that do not fit the time left are printed as skipped; an out-of-memory is a row that says OOM.
 #   1. here, once (network):  make gpu-device-files
 #      -> .whl/ (git-ignored): the wheels they lack (trl, datasets, peft, dill, multiprocess) and
@@ -25,9 +28,12 @@
 # same warm machine, the second sent at once (a machine goes back 30 s after a call), e.g.
 #   GPU_CHECK_PARTS=ab GPU_CHECK_BUDGET=345 GPU_CHECK_ARGS="--budget-a 130 --rounds 1" bash ... | tee $OUT/...-ab.txt
 #   GPU_CHECK_PARTS=c GPU_CHECK_BUDGET=440 GPU_CHECK_ARGS="--checkpointing off" bash ... | tee $OUT/...-c.txt
-# or, to find and test what bounds a step (the two calls together fit 15 minutes with the machine's start):
-#   GPU_CHECK_PARTS=ae GPU_CHECK_BUDGET=400 GPU_CHECK_ARGS="--budget-a 150 --rounds 1 --versus-shapes SmolLM2-135M"
-#   GPU_CHECK_PARTS=dc GPU_CHECK_BUDGET=330 GPU_CHECK_ARGS="--budget-d 120 --checkpointing off"
+# The next check (what is still open after the check of 2026-11-29: the two changes' effect, b on the 0.5B shape,
+# a valid 0.5B profile, the GSM8K rows and the checkpointing-on rows with static decoding):
+#   GPU_CHECK_PARTS=fb GPU_CHECK_BUDGET=400 GPU_CHECK_ARGS="--budget-f 170 --rounds 1"
+#   GPU_CHECK_PARTS=ac GPU_CHECK_BUDGET=330 GPU_CHECK_ARGS="--budget-a 150 --checkpointing on"
+# (each run compiles its decoding step in its first step, 15-55 s; part f runs the bundled shape only; the GSM8K
+# rows without checkpointing are left for a later check).
 # (part c's --shapes, --presets, --checkpointing and part b's --versus-shapes pick the rows still to measure).
 # Options travel as environment variables: GPU_CHECK_PARTS (abc), GPU_CHECK_ENGINE (the RunConfig field
 # generation_engine for the pipeline runs, when the checkout has it), GPU_CHECK_ARGS (more flags for the .py).

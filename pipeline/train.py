@@ -146,6 +146,7 @@ def set_up_runtime(cfg: RunConfig, run_dir: Path, main: bool) -> tuple[str, str]
     """Device, precision and threads for this process; refuses what this machine can't run."""
     import torch
 
+    from pipeline.models import engine
     from pipeline.models.loading import device_warning, pick_device, resolve_precision, runtime_problems
 
     device = pick_device()
@@ -164,6 +165,9 @@ def set_up_runtime(cfg: RunConfig, run_dir: Path, main: bool) -> tuple[str, str]
     torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0
                           else max(1, (os.cpu_count() or 1) // int(os.environ.get("WORLD_SIZE", "1"))))
     log.info("Device %s, precision %s, model %s, world size %s", device, precision, cfg.model, world_size)
+    attention = engine.attention_kernels(device)
+    if attention:
+        log.info(attention)
     if main:  # the run header shows what was resolved, not the setting ("auto")
         runs.write_status(run_dir, "running", device=device, precision=precision, world_size=world_size,
                           device_warning=warning)

@@ -51,6 +51,20 @@ def logps_pass(device_type: str) -> str:
     return "shared" if device_type == "cpu" else "trl"
 
 
+def attention_kernels(device_type: str) -> str | None:
+    """On a GPU, attention runs without cuDNN's kernels (PyTorch then picks its flash or memory-efficient ones);
+    returns a line for the log, or None elsewhere. cuDNN builds an execution plan for every new sequence length
+    it meets, and a GRPO step meets new lengths in each of its passes (prompts and completions differ from step to
+    step). In a profiled step on a GPU machine, the host time of cuDNN's attention calls was most of each log-prob
+    pass, whose kernels took a twentieth of it. The other kernels need no plan and compute the same attention."""
+    if device_type != "cuda":
+        return None
+    import torch
+
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    return "Attention: PyTorch's flash or memory-efficient kernels (cuDNN's are off: a plan for each new length)"
+
+
 def fast_path_problem(model, extra_inputs: dict, compute_aux_loss: bool) -> str | None:
     """Why the shared-prompt path can't run for this call (None = it can)."""
     if not single_process():

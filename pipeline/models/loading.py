@@ -468,6 +468,9 @@ def load_model(model_id: str, device: str | None = None, precision: str = "auto"
         from transformers import AutoModelForCausalLM
 
         if device == "cuda":  # straight onto the GPU (device_map), never a CPU copy first
+            from pipeline.models.engine import attention_kernels
+
+            attention_kernels(device)  # a chat's every new length would otherwise build a cuDNN plan
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map="cuda")
         else:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)

@@ -15,6 +15,7 @@ torch and transformers are imported inside the functions.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from pipeline.models import engine
@@ -183,6 +184,20 @@ def compile_on_gpu(step, device):
     return torch.compile(step, mode="reduce-overhead", dynamic=False)
 
 
+def unguarded():
+    """The compiler's stance for the tokens after a call's first: the compiled step's guards are not evaluated.
+
+    torch.compile checks, before each call of a compiled function, that what it was compiled for still holds
+    (every weight, buffer and input it reads: several hundred checks for a small model, about 2 ms a call on the
+    host, measured both on a GPU machine and here). Within one `generate` call nothing they check can change
+    between tokens: the same model, buffers and shapes, the weights changed only between calls. So the first
+    token runs the checks (and recompiles if something did change) and the others skip them. When several
+    compiled versions exist, the checks that tell them apart still run."""
+    import torch
+
+    return torch.compiler.set_stance(torch._dynamo.eval_frame._stance.stance, skip_guard_eval_unsafe=True)
+
+
 def race_sample(probs, uniform):
     """One token per row drawn from `probs` (rows x vocabulary) by an exponential race: the token with the smallest
     E_i / p_i, E_i = -log(U_i) independent Exp(1) draws, is token i with probability p_i, the distribution
@@ -216,6 +231,8 @@ class StaticDecoder:
         # operations launched one by one. The same distribution; the draws come from the graph's own generator.
         self.sample_in_graph = sample_in_graph
         self.weight_copies: dict = {}  # engine.merged_adapter's persistent copies
+        # From a call's second token on, the compiled step runs without re-checking its guards (see `generate`).
+        self.skip_guards = True
         self._key = None
         self._cache = None
         self._mask = None
@@ -336,29 +353,33 @@ class StaticDecoder:
         mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
         embed = lm.get_input_embeddings()
         done = 0
-        for t in range(new):
-            if sampling.eos and t and t % CHECK_EVERY == 0 and not bool(unfinished.any()):
-                break
-            if mark_step is not None:
-                mark_step()  # the previous step's outputs are consumed: the graph may overwrite them
-            embeds = embed(tokens[:, None])
-            if self.sample_in_graph:
-                chosen, still, chosen_lp = self._step(embeds, positions, self._mask, cache, unfinished)
-                unfinished.copy_(still)  # the graph's outputs are copied out at once: the next replay reuses them
-            else:
-                scores = sampling.processors(ids, self._step(embeds, positions, self._mask, cache))
-                if sampling.do_sample:
-                    chosen = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        with contextlib.ExitStack() as later_tokens:
+            for t in range(new):
+                if sampling.eos and t and t % CHECK_EVERY == 0 and not bool(unfinished.any()):
+                    break
+                if t == 1 and self.skip_guards:
+                    later_tokens.enter_context(unguarded())  # the first token checked the guards
+                if mark_step is not None:
+                    mark_step()  # the previous step's outputs are consumed: the graph may overwrite them
+                embeds = embed(tokens[:, None])
+                if self.sample_in_graph:
+                    chosen, still, chosen_lp = self._step(embeds, positions, self._mask, cache, unfinished)
+                    unfinished.copy_(still)  # the graph's outputs are copied out at once: the next replay
+                    # reuses them
                 else:
-                    chosen = torch.argmax(scores, dim=-1)
-                if sampling.eos:
-                    chosen = torch.where(unfinished, chosen, torch.full_like(chosen, pad))
-                    unfinished &= ~torch.isin(chosen, eos)
-                chosen_lp = torch.log_softmax(scores, dim=-1).gather(-1, chosen[:, None]).squeeze(-1) \
-                    if with_logprobs else None
-            out[:, t] = chosen
-            if with_logprobs:
-                logprobs[:, t] = chosen_lp
-            tokens, positions = out[:, t], positions + 1  # the next token, read from `out`, which this call owns
-            done = t + 1
+                    scores = sampling.processors(ids, self._step(embeds, positions, self._mask, cache))
+                    if sampling.do_sample:
+                        chosen = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+                    else:
+                        chosen = torch.argmax(scores, dim=-1)
+                    if sampling.eos:
+                        chosen = torch.where(unfinished, chosen, torch.full_like(chosen, pad))
+                        unfinished &= ~torch.isin(chosen, eos)
+                    chosen_lp = torch.log_softmax(scores, dim=-1).gather(-1, chosen[:, None]).squeeze(-1) \
+                        if with_logprobs else None
+                out[:, t] = chosen
+                if with_logprobs:
+                    logprobs[:, t] = chosen_lp
+                tokens, positions = out[:, t], positions + 1  # the next token, read from `out` (this call's)
+                done = t + 1
         return (out[:, :done], logprobs[:, :done]) if with_logprobs else out[:, :done]

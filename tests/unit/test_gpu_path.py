@@ -127,6 +127,30 @@ def test_a_gpu_box_with_a_cpu_torch_says_so_in_the_run_header(tmp_path, monkeypa
     assert runs.read_status(tmp_path)["device_warning"] is None
 
 
+def test_a_gpu_run_attends_without_cudnn_kernels_and_a_cpu_run_leaves_attention_alone(tmp_path, monkeypatch):
+    """cuDNN's attention builds a plan per new sequence length, which a GRPO step meets in every pass: a run on a
+    GPU turns those kernels off when it sets up; a CPU run changes nothing."""
+    import torch
+
+    import pipeline.models.loading
+    from pipeline.train import set_up_runtime as set_up
+
+    enabled, threads = torch.backends.cuda.cudnn_sdp_enabled(), torch.get_num_threads()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        monkeypatch.setattr(pipeline.models.loading, "pick_device", lambda: "cpu")
+        set_up(RunConfig(), tmp_path, main=False)
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        monkeypatch.setattr(pipeline.models.loading, "pick_device", lambda: "cuda")
+        monkeypatch.setattr(pipeline.models.loading, "resolve_precision", lambda precision, device: "bf16")
+        monkeypatch.setattr(pipeline.models.loading, "runtime_problems", lambda *args, **kwargs: [])
+        set_up(RunConfig(), tmp_path, main=False)
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(enabled)
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def gpu_handlers(monkeypatch, tmp_path):
     """The Runs panel's handlers on a pretend one-GPU box, with launches stubbed and the release calls recorded."""
