@@ -291,9 +291,10 @@ def estimate(shape: ModelShape, s: MemorySettings) -> MemoryEstimate:
     activations += tokens * h * 4 * 2  # fp32 gradients of the residual stream during backward
     training = dict(resident)
     training["activations (forward/backward)"] = activations
-    # TRL's fused head: the scored hidden states, a forward tile, and in backward a tile and fp32 gradients
+    # TRL's fused head (trl/kernels/chunked_logprob.py): the scored hidden states, one tile of logits at a time (the
+    # forward's buffer is gone before the backward allocates its own), and in backward their fp32 gradients
     n = B * C
-    training["logits / log-softmax blocks"] = (n * h * act + 2 * min(n, TRL_HEAD_TOKENS) * TRL_HEAD_VOCAB * act
+    training["logits / log-softmax blocks"] = (n * h * act + min(n, TRL_HEAD_TOKENS) * TRL_HEAD_VOCAB * act
                                                + n * h * 4)
     if precision == "fp16" and not s.gradient_checkpointing:
         # autocast casts the frozen fp32 weights to fp16 at every call and the matmul keeps the copy for backward

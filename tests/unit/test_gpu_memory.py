@@ -50,8 +50,8 @@ H200_ROWS = [
 
 @pytest.mark.parametrize("model, preset, measured_gib", H200_ROWS)
 def test_estimate_against_the_h200_size_table(model, preset, measured_gib):
-    """Within a quarter of every measured row but the smallest model's GPU-standard one, which it overestimates
-    (1.41 against 0.94 GiB): an estimate that errs there errs towards refusing, never towards an out-of-memory."""
+    """Within a quarter of every measured row (the smallest model's GPU-standard one the furthest, 1.16 against
+    0.94 GiB: the head's logits are one tile at a time, as TRL's fused head allocates them)."""
     from pipeline.setup.presets import PRESETS
 
     settings = {k: v for k, v in PRESETS[preset].items() if k not in ("model", "dataset", "rewards", "use_vllm")}
@@ -59,10 +59,7 @@ def test_estimate_against_the_h200_size_table(model, preset, measured_gib):
     ran = {"static_generation": False, "fast_engine": preset == "GPU standard"}
     predicted = estimate(KNOWN_SHAPES[model],
                          dataclasses.replace(settings_from_config(cfg, "bf16", 251), **ran)).allocated / GIB
-    if (model, preset) == ("HuggingFaceTB/SmolLM2-135M-Instruct", "GPU standard"):
-        assert measured_gib < predicted < 1.6 * measured_gib, predicted
-    else:
-        assert abs(predicted - measured_gib) / measured_gib < 0.25, predicted
+    assert abs(predicted - measured_gib) / measured_gib < 0.25, predicted
 
 
 # Peaks measured on an H200 (bench/results/gpu-device-check-2026-11-29-dc.txt): random weights, bf16, the GPU
