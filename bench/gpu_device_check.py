@@ -273,6 +273,8 @@ class StepProfile:
         self.counting = False
         self.begin = None
         self.steps: list[float] = []
+        self.each: list[dict[str, float]] = []  # each timed step's own totals (the table gives their mean)
+        self.current: dict[str, float] = {}
         self.global_step = 0  # the trainer's step count when the current step began
         self.timed_steps = timed_steps  # steps 1..timed_steps-1 are timed; later ones (the op profile's) are not
         self.step_hooks: list = []  # (event, global_step) -> None, called at "begin" and "end" of every step
@@ -286,6 +288,7 @@ class StepProfile:
     def add(self, label: str, seconds: float):
         if self.counting:
             self.totals[label] = self.totals.get(label, 0.0) + seconds
+            self.current[label] = self.current.get(label, 0.0) + seconds
 
     def wrap(self, trainer, method: str, label: str):
         import torch
@@ -342,6 +345,8 @@ class StepProfile:
         """A step ends once its logs are written (the trainer logs after on_step_end)."""
         if self.begin is not None and self.counting:
             self.steps.append(time.perf_counter() - self.begin)
+            self.each.append({**self.current, "step": self.steps[-1]})
+        self.current = {}
         if self.begin is not None:
             for hook in self.step_hooks:
                 hook("end", self.global_step)
@@ -549,6 +554,9 @@ def part_profile(ctx) -> None:
         step = profile.table()[-1][1]
         for label, seconds in profile.table():
             print(f"   {label:<52} {seconds:8.3f} s  {seconds / step:6.1%}")
+        # each step apart: a pass that meets sequence lengths it has not met before can cost far more than the mean
+        for key in ("step", "generation", "log-probs, reference/old (no grad)", "loss forward", "training step"):
+            print(f"   {key + ', step by step':<52} " + " ".join(f"{e.get(key, 0.0):.3f}" for e in profile.each))
         op_figures = {}
         if ops:
             lines, op_figures = ops.summary()
@@ -558,7 +566,8 @@ def part_profile(ctx) -> None:
                 print(f"   {saved}")
             ops.prof = None
         ctx.record("profile", {"shape": name, "config": cfg, "state": result["state"],
-                               "seconds_per_step": dict(profile.table()), "op_profile": op_figures})
+                               "seconds_per_step": dict(profile.table()), "each_step": profile.each,
+                               "op_profile": op_figures})
 
 
 # ---- d. the decoding step, compiled three ways ---------------------------------------------------------------
