@@ -2,8 +2,8 @@
 header's ETA, in whole minutes), "✓ Finished · GRPO Studio" once it is done. Someone who pressed Start and went to
 another tab, or chats on the Chat tab, sees from the tab strip how far the run is and when it has ended. The
 header's *Notify me* (ui/views.py) asks for a browser notification as well: once allowed, a run that ends while the
-page is out of sight says so on the desktop. The choice is the browser's, kept in its storage for every run until
-*Notify me* is pressed again.
+page is out of sight says so on the desktop (a failed one with the header's error). The choice is the browser's,
+kept in its storage for every run until *Notify me* is pressed again.
 
 The title is read from the run header (ui/views.py: progress_html's data-state, data-step, data-total and
 data-run), which the page's poll keeps drawing while the Train tab is out of sight (ui/watch.py: a background
@@ -55,6 +55,13 @@ TITLE_JS = """() => {
       note.onclick = () => { window.focus(); note.close(); };
     } catch (err) { /* a browser that takes notifications from its service worker only */ }
   };
+  // A failed run's notification starts with the header's error, shortened: what went wrong, not only that it did.
+  const problem = (run) => {
+    const box = run.querySelector('.gs-error');
+    const text = box ? box.textContent.replace(/^\s*[^:]{1,30}:\s*/, '').replace(/\s+/g, ' ').trim() : '';
+    const cut = text.length > 120 ? `${text.slice(0, 119)}…` : text;
+    return !cut ? '' : cut + (/[.!?…]$/.test(cut) ? ' ' : '. ');
+  };
   const bell = () => {  // the bell says whether a notification will come
     const button = document.querySelector('#progress .gs-notify');
     if (!button) return;
@@ -77,7 +84,7 @@ TITLE_JS = """() => {
     if (!run) { last = null; return; }
     const {state, step, total} = run.dataset, name = run.dataset.run;
     if (last && under(last.state) && last.run === name && ended[state]) {
-      notify(`${ended[state]}: ${name}`, `Step ${step} of ${total}. GRPO Studio`);
+      notify(`${ended[state]}: ${name}`, `${problem(run)}Step ${step} of ${total}. GRPO Studio`);
     } else if (last && under(last.state) && last.run !== name) {  // the queue moved the page on
       notify(`${last.run} has ended`, `The queue started ${name}. GRPO Studio`);
     }

@@ -191,7 +191,7 @@ def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_
     timers slowed, as a browser does) each poll it gets still redraws the run header and the queue (and nothing
     else, through an event of its own that names only their outputs), so the title moves on, and the page moves
     to the run the queue starts next, its header and title with it. With the header's bell pressed, the run's end
-    comes as a browser notification."""
+    comes as a browser notification, a failed run's with its error."""
     redraws = []
 
     def seen(request):
@@ -250,6 +250,17 @@ def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_
         bell.click()
         expect(bell).to_have_text("Notify me")
         expect(bell).to_have_attribute("title", NOTIFY_TIP)  # its hover says what it does again
+
+        # On again; the window loses the focus and the run fails: the notification says why.
+        bell.click()
+        expect(bell).to_have_text("✓ Notifying")
+        page.evaluate("document.hasFocus = () => false")
+        runs.write_status(next_run, "failed", error="CUDA out of memory: turn on gradient checkpointing",
+                          ended_at=time.time())
+        expect(page).to_have_title("✗ Failed · GRPO Studio", timeout=6_000)
+        assert page.evaluate("window.gsNotes")[1:] == [[
+            f"✗ Failed: {next_run.name}",
+            "CUDA out of memory: turn on gradient checkpointing. Step 0 of 5. GRPO Studio"]]
     finally:
         run_queue.write(kept)  # later tests read the queue's record of the runs it started
         next(following, None)
