@@ -195,7 +195,10 @@ def unguarded():
     compiled versions exist, the checks that tell them apart still run."""
     import torch
 
-    return torch.compiler.set_stance(torch._dynamo.eval_frame._stance.stance, skip_guard_eval_unsafe=True)
+    try:  # a torch without these (older than 2.6) checks every token, as before
+        return torch.compiler.set_stance(torch._dynamo.eval_frame._stance.stance, skip_guard_eval_unsafe=True)
+    except (AttributeError, TypeError):
+        return contextlib.nullcontext()
 
 
 def race_sample(probs, uniform):
