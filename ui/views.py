@@ -107,7 +107,7 @@ def phase_text(status: dict, has_steps: bool) -> str:
     ''
     """
     state = status.get("state")
-    if state not in ("queued", "running"):
+    if state not in ACTIVE_STATES:
         return ""
     phase = status.get("phase")
     if not phase and not has_steps:  # before the trainer says (a run from an older version says nothing)
@@ -357,7 +357,7 @@ def push_markdown(name: str, status: dict | None) -> str | None:
     label = f"**{name}**"
     if state is None:
         return None
-    if state in ("queued", "running"):
+    if state in ACTIVE_STATES:
         return f"⏫ Pushing {label} to `{status.get('repo') or '...'}`..."
     if state == "done":
         return f"✅ {label} pushed to {status.get('url')}"
