@@ -55,8 +55,8 @@ def attention_kernels(device_type: str) -> str | None:
     """On a GPU, attention runs without cuDNN's kernels (PyTorch then picks its flash or memory-efficient ones);
     returns a line for the log, or None elsewhere. cuDNN builds an execution plan for every new sequence length
     it meets, and a GRPO step meets new lengths in each of its passes (prompts and completions differ from step to
-    step). In a profiled step on a GPU machine, the host time of cuDNN's attention calls was most of each log-prob
-    pass, whose kernels took a twentieth of it. The other kernels need no plan and compute the same attention."""
+    step). In a step profiled on a GPU, cuDNN's attention calls were half of a log-prob pass's host time, and the
+    pass's kernels a fifteenth of its wall time. The other kernels need no plan and compute the same attention."""
     if device_type != "cuda":
         return None
     import torch

@@ -188,8 +188,8 @@ def unguarded():
     """The compiler's stance for the tokens after a call's first: the compiled step's guards are not evaluated.
 
     torch.compile checks, before each call of a compiled function, that what it was compiled for still holds
-    (every weight, buffer and input it reads: several hundred checks for a small model, about 2 ms a call on the
-    host, measured both on a GPU machine and here). Within one `generate` call nothing they check can change
+    (every weight, buffer and input it reads: several hundred checks for a small model, about 2 ms a call of the
+    host's time, measured on a GPU machine and on a CPU). Within one `generate` call nothing they check can change
     between tokens: the same model, buffers and shapes, the weights changed only between calls. So the first
     token runs the checks (and recompiles if something did change) and the others skip them. When several
     compiled versions exist, the checks that tell them apart still run."""
@@ -367,8 +367,8 @@ class StaticDecoder:
                 embeds = embed(tokens[:, None])
                 if self.sample_in_graph:
                     chosen, still, chosen_lp = self._step(embeds, positions, self._mask, cache, unfinished)
-                    unfinished.copy_(still)  # the graph's outputs are copied out at once: the next replay
-                    # reuses them
+                    # the graph's outputs are copied out at once: the next replay reuses them
+                    unfinished.copy_(still)
                 else:
                     scores = sampling.processors(ids, self._step(embeds, positions, self._mask, cache))
                     if sampling.do_sample:
