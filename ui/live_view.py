@@ -56,7 +56,7 @@ GROUPS_ONLY_JS = "(run, step, pick, action, mode, parts) => [run, step, pick, ac
 
 def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None = "latest",
               action_name: str | None = None, token_mode: str = token_views.TEXT,
-              parts: str | None = ALL_PARTS) -> dict[str, Any]:
+              parts: str | None = ALL_PARTS, request: gr.Request = None) -> dict[str, Any]:
     """The live view's one Refresh: redraws the parts named in `parts` (the page's poll names those whose stamp
     moved; a script leaves it out and gets them all) and leaves every other output as it is. `run_name` is the
     shown run, `action_name` the Runs panel's, `token_mode` the group inspector's view. Returns {output name: update}
@@ -71,7 +71,7 @@ def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None 
     if "runs" in moved:
         out["runs_table"] = runs_table()
     if "queue" in moved:
-        out.update(queue_view.queue_part(run_name, run_names()))
+        out.update(queue_view.queue_part(run_name, run_names(), page_of(request)))
     elif "queue_times" in moved:
         out["queue_view"] = queue_view.queue_line()
     return out
@@ -79,16 +79,25 @@ def live_view(run_name: str | None = None, group_step=0, probe_pick: str | None 
 
 def run_header(run_name: str | None = None, group_step=0, probe_pick: str | None = "latest",
                action_name: str | None = None, token_mode: str = token_views.TEXT,
-               parts: str | None = " ".join(BACKGROUND)) -> dict[str, Any]:
+               parts: str | None = " ".join(BACKGROUND), request: gr.Request = None) -> dict[str, Any]:
     """The run header (and Stop) and the queue, those of them `parts` names: what the page's poll redraws while the
     Train tab is out of sight, so the page's title can follow the run, and the next one the queue starts. Takes the
     live view's inputs."""
     moved = [part for part in (parts or "").split() if part in BACKGROUND]
-    out = live_view(run_name, group_step, probe_pick, action_name, token_mode, " ".join(moved))
-    started = queue_view.followed_run(run_name, run_names()) if "queue" in moved else None
-    if started:  # the page moves to the run the queue started: its header comes in the same redraw
-        out.update(shown_run_view(started, {"progress"}))
+    out = live_view(run_name, group_step, probe_pick, action_name, token_mode,
+                    " ".join(part for part in moved if part != "queue"))
+    if "queue" in moved:
+        names, page = run_names(), page_of(request)
+        started = queue_view.followed_run(run_name, names, page=page)
+        out.update(queue_view.queue_part(run_name, names, page, follow=started))
+        if started:  # the page moves to the run the queue started: its header comes in the same redraw
+            out.update(shown_run_view(started, {"progress"}))
     return out
+
+
+def page_of(request: gr.Request | None) -> str | None:
+    """The page an event came from (its Gradio session), or None for a call without one."""
+    return getattr(request, "session_hash", None) or None
 
 
 def job_stop_buttons() -> dict[str, gr.Button]:

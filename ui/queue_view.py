@@ -5,6 +5,7 @@ the line and removes from it; the live view redraws it when the queue file or th
 from __future__ import annotations
 
 import html
+import threading
 import time
 from typing import Any
 
@@ -118,13 +119,14 @@ def queue_choices(queue: run_queue.Queue) -> list[tuple[str, str]]:
     return [(f"{queue.position(w.id) or '❌'}. {w.label}", w.id) for w in queue.waiting]
 
 
-def queue_part(shown: str | None, run_names: list[str]) -> dict[str, Any]:
+def queue_part(shown: str | None, run_names: list[str], page: str | None = None,
+               follow: str | None = None) -> dict[str, Any]:
     """The queue's outputs in the live view: the box (hidden when nothing waits), the line, the Remove picker,
-    and the Run picker's choices, which move to the run the queue just started when the page showed the run
-    before it."""
+    and the Run picker's choices, which move to the run the queue just started when the page (`page`, its session)
+    showed the run before it; `follow` when the caller has already found that run."""
     queue = run_queue.read()
     choices = queue_choices(queue)
-    follow = followed_run(shown, run_names, queue)
+    follow = follow or followed_run(shown, run_names, queue, page)
     # Only then: the picker's choices are the server's list of what may be picked, and a page's shown run that was
     # deleted since must stay pickable until the page says it is gone.
     picker = gr.Dropdown(choices=run_names, value=follow) if follow else gr.skip()
@@ -134,10 +136,30 @@ def queue_part(shown: str | None, run_names: list[str]) -> dict[str, Any]:
             "run_select": picker}
 
 
-def followed_run(shown: str | None, run_names: list[str], queue: run_queue.Queue | None = None) -> str | None:
-    """The run a page showing `shown` moves to: the one the queue has just started after it, if it is listed."""
+# (page, run, the run the queue started after it) -> when that page moved on: a page moves on from a run once, so
+# someone who picks the ended run again is not taken away from it by the queue's next change.
+_MOVED_ON: dict[tuple[str, str, str], float] = {}
+_MOVED_ON_LOCK = threading.Lock()
+
+
+def followed_run(shown: str | None, run_names: list[str], queue: run_queue.Queue | None = None,
+                 page: str | None = None) -> str | None:
+    """The run a page showing `shown` moves to: the one the queue has just started after it, if it is listed and
+    this page (its session; None: a caller without one, which moves every time) has not moved on from it already.
+    """
     follow = run_queue.follow(run_queue.read() if queue is None else queue, shown)
-    return follow if follow in run_names else None
+    if not follow or follow not in run_names:
+        return None
+    if page is None:
+        return follow
+    now = time.time()
+    with _MOVED_ON_LOCK:
+        for key in [key for key, at in _MOVED_ON.items() if now - at > run_queue.FOLLOW_S]:
+            del _MOVED_ON[key]  # past the follow window, run_queue.follow says no by itself
+        if (page, shown, follow) in _MOVED_ON:
+            return None
+        _MOVED_ON[(page, shown, follow)] = now
+    return follow
 
 
 def queue_line(queue: run_queue.Queue | None = None) -> str:

@@ -233,3 +233,33 @@ def test_the_queue_says_when_each_waiting_run_starts_and_a_step_of_the_training_
     # G=8 trains at another pace, so the run after it has no time.
     starts = [part.split("</b>")[0] for part in shown.split("starts about ")[1:]]
     assert starts == [time.strftime("%H:%M", time.localtime(now + t)) for t in (600, 1500, 1950)], shown
+
+
+def test_a_page_moves_on_to_the_run_the_queue_started_once():
+    """A page that showed a run when the queue started the next one moves to that one, with its header, once:
+    someone who then picks the ended run again stays on it when the queue changes again. Another page still moves
+    on; a call without a page (a script) moves every time."""
+    from pipeline.run_folder import run_queue
+    from ui import live_view
+
+    ended, started = make_running_run("ended"), make_running_run("started")
+    runs.write_status(ended, "finished")
+    queue = run_queue.read()
+    queue.started.append({"run": started.name, "after": ended.name, "at": time.time(), "label": "next"})
+    run_queue.write(queue)
+
+    class Page:  # what Gradio hands an event: the page's session
+        def __init__(self, session):
+            self.session_hash = session
+
+    def moved_to(request, draw=live_view.run_header):
+        picker = draw(ended.name, parts="progress queue", request=request)["run_select"]
+        return getattr(picker, "value", None)
+
+    first = live_view.run_header(ended.name, parts="progress queue", request=Page("one"))
+    assert first["run_select"].value == started.name
+    assert f"data-run='{started.name}'" in first["progress"]  # its header in the same redraw
+    assert moved_to(Page("one")) is None  # picked again: it stays
+    assert moved_to(Page("one"), live_view.live_view) is None  # in front too
+    assert moved_to(Page("two"), live_view.live_view) == started.name
+    assert moved_to(None) == started.name and moved_to(None) == started.name
