@@ -112,7 +112,8 @@ def clock_html(clock: dict | None, elapsed: float | None = None) -> str:
 
 
 # Once a second: every clock on the page moves on by the time since the app drew it. Time left counts down, but
-# never below the least the steps after the current one can take (data-floor): a step that runs long holds it.
+# never below the least the steps after the current one can take (data-floor): a step that runs long holds it. While
+# the page is out of sight, only the time left moves, when its whole minutes change (the title reads them).
 CLOCK_JS = """() => {
   if (window.gsClock) return;
   const fmt = (s) => {
@@ -122,15 +123,19 @@ CLOCK_JS = """() => {
                      : `${Math.floor(s / 60)}m${pad(s % 60)}s`;
   };
   window.gsClock = setInterval(() => {
-    if (document.hidden) return;
+    // A page out of sight moves only the time left, once a minute: the tab's title shows it in whole minutes.
+    const hidden = document.hidden;
     for (const clock of document.querySelectorAll('.gs-clock[data-elapsed]')) {
       if (!clock.dataset.drawn) clock.dataset.drawn = String(Date.now());
       const since = (Date.now() - Number(clock.dataset.drawn)) / 1000;
       const elapsed = clock.querySelector('.gs-elapsed');
-      if (elapsed) elapsed.textContent = fmt(Number(clock.dataset.elapsed) + since);
+      if (elapsed && !hidden) elapsed.textContent = fmt(Number(clock.dataset.elapsed) + since);
       const left = clock.querySelector('.gs-left');
       if (left && clock.dataset.left) {
-        left.textContent = fmt(Math.max(Number(clock.dataset.floor), Number(clock.dataset.left) - since));
+        const value = Math.max(Number(clock.dataset.floor), Number(clock.dataset.left) - since);
+        const minute = String(Math.round(value / 60));
+        if (!hidden || clock.dataset.minute !== minute) left.textContent = fmt(value);
+        if (clock.dataset.minute !== minute) clock.dataset.minute = minute;
       }
     }
   }, 1000);

@@ -211,8 +211,15 @@ def test_the_tab_title_follows_the_run_while_the_page_is_out_of_sight(page, app_
     expect(bell).to_have_text("Notify me")
     bell.click()  # the browser asks; the user allows
     expect(bell).to_have_text("✓ Notifying")
-    page.evaluate("""Object.defineProperty(document, 'hidden', {get: () => true, configurable: true});
-                     window.gsSlowMs = 6000""")
+    page.evaluate("Object.defineProperty(document, 'hidden', {get: () => true, configurable: true})")
+    # Out of sight, the header's clock still moves the time left when its whole minutes change, and the title
+    # follows: 300 s left at the draw reads 5 min; two minutes on, 3 min.
+    clock = "document.querySelector('#progress .gs-clock')"
+    page.evaluate(f"(c => {{ c.dataset.left = '300'; c.dataset.floor = '0'; }})({clock})")
+    expect(page).to_have_title("1/5 ▶ 5 min left · GRPO Studio", timeout=3_000)
+    page.evaluate(f"(c => {{ c.dataset.drawn = String(Number(c.dataset.drawn) - 120000); }})({clock})")
+    expect(page).to_have_title("1/5 ▶ 3 min left · GRPO Studio", timeout=3_000)
+    page.evaluate("window.gsSlowMs = 6000")
     page.wait_for_timeout(1_500)  # the page load's own redraws, and a poll that began in front, settle
     redraws.clear()
 
