@@ -60,8 +60,8 @@ def report(result: dict) -> str:
     lines = [f"{result['n']} held-out prompts (greedy): base mean reward {b:.3f}, tuned {t:.3f} "
              f"(delta {result['delta']:+.3f})."]
     if result.get("gap_closed") is not None:
-        lines.append(f"gap_closed = (tuned - base) / (max - base) = ({t:.2f} - {b:.2f}) / ({result['reward_max']:.2f} - "
-                     f"{b:.2f}) = {result['gap_closed']:.1%}")
+        lines.append(f"gap_closed = (tuned - base) / (max - base) = ({t:.2f} - {b:.2f}) / "
+                     f"({result['reward_max']:.2f} - {b:.2f}) = {result['gap_closed']:.1%}")
     else:
         lines.append("gap_closed: a reward declares no maximum (e.g. custom code), so only the delta is shown.")
     if result.get("paired"):
@@ -70,7 +70,8 @@ def report(result: dict) -> str:
     if hb and ht:
         extra = ""
         if result["base"]["task"]["kind"] == "summary":
-            extra = (f" (grounded {result['base']['task']['grounded']:.2f} -> {result['tuned']['task']['grounded']:.2f}, "
+            extra = (f" (grounded {result['base']['task']['grounded']:.2f} -> "
+                     f"{result['tuned']['task']['grounded']:.2f}, "
                      f"on topic {result['base']['task']['on_topic']:.0%} -> {result['tuned']['task']['on_topic']:.0%})")
         if "format_compliance" in result["base"]["task"]:
             extra = (f" (format compliance {result['base']['task']['format_compliance']:.0%} -> "

@@ -145,7 +145,8 @@ def start(kind: str, run_dir: Path | None = None, actor: owners.Actor | None = N
     """Launch a job of `kind` for `run_dir` (or, for a kind that makes one, a new run folder owned by `actor`,
     from `cfg` and `label`) and return at once with the run folder. Raises RunnerError, saying why, when it
     can't start: among the reasons, a run that is another user's (`actor`: who asks; None is a script or the
-    CLI, never refused). `options` are the kind's own (pipeline/run_folder/jobs.py), plus `nproc` for a kind that spreads."""
+    CLI, never refused). `options` are the kind's own (pipeline/run_folder/jobs.py), plus `nproc` for a kind that
+    spreads."""
     spec = jobs.job(kind)
     run_dir = Path(run_dir) if run_dir is not None else None
     _refuse_if_not_owner(run_dir, actor, spec.actions[0])
@@ -372,7 +373,8 @@ def _launch(run_dir: Path, cmd: list[str], nproc: int = 1, kind: str = "train",
     spec = jobs.job(kind)
     if spec.distributed:
         # nproc is kept so that Resume relaunches the run the same way.
-        runs.write_json_atomic(run_dir / run_files.COMMAND, {"argv": cmd, "shell": command_preview(cmd), "nproc": nproc})
+        runs.write_json_atomic(run_dir / run_files.COMMAND,
+                               {"argv": cmd, "shell": command_preview(cmd), "nproc": nproc})
     # The last launch's record goes first: beside the new "queued" it would name a process that has ended,
     # and readers would take the relaunch for a crash. A reader sees the old state with or without it (the
     # old state is not active: start() refused otherwise), or "queued" with no record yet (a launch in

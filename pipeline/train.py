@@ -339,7 +339,8 @@ def run_training(run_dir: Path, steps: int | None = None, resume: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
-    keep_private()  # run files and models for this user's eyes only; its environment unreadable (pipeline/run_folder/paths.py)
+    # run files and models for this user's eyes only; its environment unreadable (pipeline/run_folder/paths.py)
+    keep_private()
     parser = argparse.ArgumentParser(prog="python -m pipeline.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", required=True, help="Run directory (config.json is read from here).")

@@ -150,7 +150,8 @@ def read_table(path: str | Path, max_rows: int | None = None):
     return frame
 
 
-def rows_from_frame(frame, mapping: dict[str, str | None], source: str, skip_bad: bool = False) -> tuple[list[Movie], list[str]]:
+def rows_from_frame(frame, mapping: dict[str, str | None], source: str,
+                    skip_bad: bool = False) -> tuple[list[Movie], list[str]]:
     """Movies from a DataFrame using `mapping` (field -> column). Returns (movies, problems).
 
     With skip_bad=False the first bad row raises; with True bad rows are left out and listed.

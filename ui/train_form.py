@@ -137,7 +137,8 @@ def run_preflight(allow_custom: bool, progress=gr.Progress(), **form):
 
 def make_scanner(cache) -> Callable[..., tuple[str, Any]]:
     """The "Learnability scan" handler: samples with the app's one ModelCache (shared with Chat, RAG and the
-    reward bench), then pipeline/training/preflight.py does the rest. Returns the scan's view and the prompts it kept."""
+    reward bench), then pipeline/training/preflight.py does the rest. Returns the scan's view and the prompts it
+    kept."""
 
     def learnability_scan(allow_custom: bool, prompts, progress=gr.Progress(), **form):
         from pipeline.training.preflight import learnability_scan as scan

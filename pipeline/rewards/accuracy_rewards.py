@@ -6,7 +6,8 @@ import re
 from typing import Any
 
 from pipeline.rewards.errors import RewardFunctionError
-from pipeline.rewards.text import _normalise, completion_text, extract_answer, names_title, normalise_title, parse_number
+from pipeline.rewards.text import (
+    _normalise, completion_text, extract_answer, names_title, normalise_title, parse_number)
 
 
 def _answers(kwargs: dict, n: int, reward: str) -> list[Any]:

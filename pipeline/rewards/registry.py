@@ -155,16 +155,19 @@ reward_registry.register(RewardDef(
     {"target": Param(int, "Target length."),
      "unit": Param(str, "Count characters or words.", ("chars", "words"))}))
 reward_registry.register(RewardDef(
-    "token_diversity", TokenDiversity, "Unique-token share x scale; punishes repetition (the GRPO recipe's diversity reward).",
+    "token_diversity", TokenDiversity,
+    "Unique-token share x scale; punishes repetition (the GRPO recipe's diversity reward).",
     {"scale": Param(float, "Multiplier on the 0..1 share.")}))
 reward_registry.register(RewardDef(
     "strict_format", StrictFormat, "1 if the completion is exactly <think>...</think><answer>...</answer>."))
 reward_registry.register(RewardDef(
-    "incremental_format", IncrementalFormat, "0.25 per well-formed tag; small penalty for trailing text (partial credit, from TRL's GRPO guide)."))
+    "incremental_format", IncrementalFormat,
+    "0.25 per well-formed tag; small penalty for trailing text (partial credit, from TRL's GRPO guide)."))
 reward_registry.register(RewardDef(
     "exact_answer", ExactAnswer, "1 if the final answer equals the reference (normalised).", needs_answer=True))
 reward_registry.register(RewardDef(
-    "numeric_tolerance", NumericTolerance, "1 if the final number is within tolerance of the reference (the GRPO tutorial's correctness reward).",
+    "numeric_tolerance", NumericTolerance,
+    "1 if the final number is within tolerance of the reference (the GRPO tutorial's correctness reward).",
     {"atol": Param(float, "Absolute tolerance."), "rtol": Param(float, "Relative tolerance.")},
     needs_answer=True))
 reward_registry.register(RewardDef(

@@ -167,7 +167,8 @@ TRAIN = declare(Job(
     busy="is still training. Stop it or wait for it to finish", actions=("resume it", "stop it"),
     died=("The trainer process exited without reporting (killed, or out of memory). "
           "See the log tail; resume continues from the last complete checkpoint."),
-    fresh_status=False, fresh_log=False, writes_model=True, needs_machine="one training runs at a time on this machine.",
+    fresh_status=False, fresh_log=False, writes_model=True,
+    needs_machine="one training runs at a time on this machine.",
     distributed=True, run_state=True, creates_run=True, user_code=True,
 ))
 

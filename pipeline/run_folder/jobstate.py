@@ -126,7 +126,8 @@ def write_state(run_dir: str | Path, name: str, writer: str, state: str, fresh: 
     A launch ("queued") never overwrites a process that says it is running and is still alive."""
     allowed = jobs.state_writers().get((name, writer))
     if allowed is None or state not in allowed:
-        raise ValueError(f"The {writer} does not write state {state!r} to {name}; see its declaration in pipeline/run_folder/jobs.py.")
+        raise ValueError(f"The {writer} does not write state {state!r} to {name}; see its declaration in "
+                         "pipeline/run_folder/jobs.py.")
     path = Path(run_dir) / name
     current = _read_json(path) or {}
     if state == "queued" and current.get("state") == "running" and record_alive(current, "pid_"):

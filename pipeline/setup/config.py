@@ -349,7 +349,8 @@ class RunConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(f"Unknown config field(s): {', '.join(unknown)}. Valid fields: {', '.join(sorted(known))}.")
+            raise ConfigError(f"Unknown config field(s): {', '.join(unknown)}. "
+                              f"Valid fields: {', '.join(sorted(known))}.")
         kwargs = dict(data)
         if isinstance(kwargs.get("scale_rewards"), bool):  # configs written before group/batch/none
             kwargs["scale_rewards"] = "group" if kwargs["scale_rewards"] else "none"
@@ -372,7 +373,8 @@ class RunConfig:
                     item = {"name": item}
                 if not isinstance(item, dict) or "name" not in item:
                     raise ConfigError(f"Each reward needs a 'name'; got {item!r}.")
-                specs.append(RewardSpec(name=item["name"], weight=item.get("weight", 1.0), params=item.get("params") or {}))
+                specs.append(RewardSpec(name=item["name"], weight=item.get("weight", 1.0),
+                                        params=item.get("params") or {}))
             kwargs["rewards"] = specs
         return cls(**kwargs)
 
@@ -405,16 +407,15 @@ class RunConfig:
         if self.batch_size >= 1 and self.batch_size % max(self.num_generations, 1):  # below 1: its range says so
             g = max(self.num_generations, 1)
             below = max(self.batch_size // g * g, g)  # the multiples of G nearest the batch asked for
-            out.append(
-                f"Batch size {self.batch_size} is not a multiple of the group size G={self.num_generations}. "
-                f"Use {below} or {below + g}."
-            )
+            out.append(f"Batch size {self.batch_size} is not a multiple of the group size G={self.num_generations}. "
+                       f"Use {below} or {below + g}.")
         if not re.fullmatch(r"all-linear|[A-Za-z0-9_.]+(\s*,\s*[A-Za-z0-9_.]+)*", self.lora_target_modules.strip()):
             out.append("LoRA target modules: 'all-linear' or a comma list such as 'q_proj,v_proj'.")
         if self.epsilon_high and not self.epsilon <= self.epsilon_high < 1:
             out.append(f"epsilon_high must be at least epsilon ({self.epsilon}) and below 1, or 0 for the same.")
         if self.load_in_4bit and self.precision == "fp32":
-            out.append("4-bit QLoRA trains in bf16 (TRL casts the LoRA weights to bf16): set precision to auto or bf16.")
+            out.append("4-bit QLoRA trains in bf16 (TRL casts the LoRA weights to bf16): "
+                       "set precision to auto or bf16.")
         if self.load_in_4bit and self.precision == "fp16":
             out.append(QLORA_FP16)
         if self.load_in_4bit and self.use_vllm:
@@ -435,9 +436,8 @@ class RunConfig:
             out.extend(reward_registry.problems(spec, allow_custom=allow_custom_rewards))
         needs_answer = [s.name for s in self.rewards if reward_registry.needs_answer(s.name)]
         if needs_answer and ds.source in ("file", "hub") and not ds.answer_column:
-            out.append(
-                f"Reward(s) {', '.join(needs_answer)} compare against a reference answer: set the answer column."
-            )
+            out.append(f"Reward(s) {', '.join(needs_answer)} compare against a reference answer: "
+                       "set the answer column.")
         needs_source = [s.name for s in self.rewards if reward_registry.needs_source(s.name)]
         if needs_source and ds.source != "tldr":
             out.append(f"Reward(s) {', '.join(needs_source)} compare the answer with the text it summarises, which "

@@ -198,7 +198,8 @@ def read_table(path: str | Path) -> tuple[list[dict], list[str]]:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise DatasetError(f"{name}: can't be read as UTF-8 text (byte {exc.start}). Save it as UTF-8 and retry.") from None
+        raise DatasetError(f"{name}: can't be read as UTF-8 text (byte {exc.start}). "
+                           "Save it as UTF-8 and retry.") from None
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
         try:

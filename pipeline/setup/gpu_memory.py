@@ -471,7 +471,8 @@ def model_shape(model_id: str) -> tuple[ModelShape | None, str]:
 def card_memory() -> tuple[int, int, bool]:
     """(free, total, bf16) of the current CUDA device: free bytes plus what this process's torch holds in its cache
     (the app hands its chat models' memory back before a training starts), total bytes, and whether the card does
-    bf16 natively (compute capability 8.0+, as pipeline.models.loading.choose_precision). Needs torch and a CUDA device."""
+    bf16 natively (compute capability 8.0+, as pipeline.models.loading.choose_precision). Needs torch and a CUDA
+    device."""
     import torch
 
     free, total = torch.cuda.mem_get_info()

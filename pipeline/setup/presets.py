@@ -28,8 +28,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rewards": [RewardSpec("length_target", 1.0, {}),
                     RewardSpec("token_diversity", 1.0, {})],
     },
-    # A verifiable task (as in TRL's GRPO guide and the GRPO tutorial): correctness on the bundled arithmetic set plus partial credit for the
-    # <think>/<answer> tags; strict_format at weight 0 is a monitor (charted, never in the advantage).
+    # A verifiable task (as in TRL's GRPO guide and the GRPO tutorial): correctness on the bundled arithmetic set plus
+    # partial credit for the <think>/<answer> tags; strict_format at weight 0 is a monitor (charted, never in the
+    # advantage).
     # Rewards are listed in the registry's order, the order the Train form's table gives them back in.
     "Arithmetic: correctness + format": {
         "dataset": DatasetSpec(source="arithmetic"),

@@ -311,7 +311,8 @@ def health_warnings(rows: list[dict], evals: list[dict] | None = None, config: d
     if kls and kls[-1] > KL_LIMIT:
         out.append(Warning_(
             "kl_high", "KL is high",
-            f"KL to the reference model is {kls[-1]:.2f} (> {KL_LIMIT}): the policy is drifting far from the base model.",
+            f"KL to the reference model is {kls[-1]:.2f} (> {KL_LIMIT}): "
+            "the policy is drifting far from the base model.",
             "Lower the learning rate or raise beta."))
     clipped = clipped_completions(rows, config)
     if clipped:

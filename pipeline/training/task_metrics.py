@@ -75,7 +75,8 @@ def summary_scores(answer: str, post: str) -> dict[str, float]:
 def answer_parses(completion: str) -> bool:
     """Whether the answer gives a number inside <answer></answer> (the last such tag counts).
 
-    >>> [answer_parses(t) for t in ["<think>2+2</think><answer> 4 </answer>", "<answer>four</answer>", "4", "<answer>4"]]
+    >>> [answer_parses(t) for t in ["<think>2+2</think><answer> 4 </answer>", "<answer>four</answer>", "4",
+    ...                             "<answer>4"]]
     [True, False, False, False]
     """
     from pipeline.rewards.text import ANSWER_TAG, parse_number
