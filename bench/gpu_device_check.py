@@ -545,7 +545,8 @@ def part_profile(ctx) -> None:
         print(f"-- {name}: {result['state']}, {len(profile.steps)} step(s) profiled in {time.time() - t0:.0f} s; "
               f"G={cfg['num_generations']}, batch {cfg['batch_size']}, {cfg['max_completion_length']} tokens, "
               f"precision {ctx.precision}, generation {result['generation']}"
-              + (f", first step {result['step_seconds'][0]:.1f} s (warm-up and compile)" if result["step_seconds"] else "")
+              + (f", first step {result['step_seconds'][0]:.1f} s (warm-up and compile)"
+                 if result["step_seconds"] else "")
               + (f" (no {', '.join(dropped)} field here)" if dropped else ""))
         if result.get("error"):
             print(f"   error: {result['error']}")

@@ -83,7 +83,7 @@ def progress_html(run_name: str | None, status: dict, rows: list[dict], max_step
         error += (f"<div class='gs-warn gs-device-warning'><b>⚠ On the CPU.</b> "
                   f"{html.escape(status['device_warning'])}</div>")
     # While the run is under way, *Notify me*: a browser notification when it ends (ui/page_title.py keeps its label).
-    bell = (f"<button type='button' class='gs-notify' title='{NOTIFY_TIP}'>Notify me</button>"
+    bell = (f"<button type='button' class='gs-notify' title='{html.escape(NOTIFY_TIP)}'>Notify me</button>"
             if state in ACTIVE_STATES else "")
     return (
         f"<div class='gs-progress' data-state='{state}' data-step='{step}' data-total='{total}' "
